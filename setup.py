@@ -1,0 +1,39 @@
+"""Install wmspec_jax: watermarking inside speculative sampling (JAX/Flax)."""
+
+import pathlib
+
+from setuptools import find_packages, setup
+
+HERE = pathlib.Path(__file__).parent
+
+setup(
+    name="wmspec_jax",
+    version="0.1.0",
+    description=(
+        "Watermark strength vs speculative sampling efficiency: pseudorandom "
+        "acceptance (Alg. 1), trade-off curves and detectors in JAX."
+    ),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    packages=find_packages(include=["wmspec_jax", "wmspec_jax.*"]),
+    package_data={"wmspec_jax": ["assets/*", "assets/**/*"]},
+    include_package_data=True,
+    install_requires=[
+        "jax>=0.4.35",
+        "flax>=0.10",
+        "optax>=0.2.3",
+        "transformers>=4.45",
+        "numpy>=1.26",
+        "scipy>=1.11",
+        "datasets>=2.20",
+        "matplotlib>=3.8",
+        "absl-py>=2.1",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+        ],
+    },
+)

@@ -1,0 +1,1 @@
+"""wmspec_jax: watermarking inside speculative sampling (JAX)."""

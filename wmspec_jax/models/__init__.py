@@ -1,0 +1,1 @@
+"""Functional transformers implementing the :mod:`wmspec_jax.lm` protocol."""
