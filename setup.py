@@ -30,10 +30,18 @@ setup(
         "datasets>=2.20",
         "matplotlib>=3.8",
         "absl-py>=2.1",
+        # Built-in model pair and prompts (see README, "Dependencies").
+        "gguf>=0.10",
+        "tokenizers>=0.20",
+        "safetensors>=0.4",
+        "pyyaml>=6.0",
+        "chatterbot-corpus==1.3.3",
     ],
     extras_require={
         "test": [
             "pytest>=8",
+            # parity tests against transformers' PyTorch models (CPU wheel)
+            "torch==2.13.0",
         ],
     },
 )

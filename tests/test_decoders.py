@@ -1,0 +1,147 @@
+"""Unbiased decoders (Sec. 2, Eq. 2-4, 9), the sampler, logits processing."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests import stats
+from wmspec_jax import decoders, prf
+
+P6 = np.array([0.35, 0.25, 0.2, 0.1, 0.07, 0.03], np.float32)
+N = 100_000
+
+
+@pytest.fixture(scope="module")
+def seeds():
+    rng = np.random.default_rng(1)
+    ctx = rng.integers(0, 2**31, size=(N, 4))
+    return prf.context_seeds(prf.stream_keys(b"decoder-tests")[prf.Stream.TARGET], ctx)
+
+
+def test_gumbel_max_is_unbiased_point_mass(seeds):
+    u = prf.vocab_uniforms(seeds, P6.size)
+    out = jax.vmap(decoders.gumbel_max, in_axes=(None, 0))(P6, u)
+    assert np.all(np.asarray(out).sum(-1) == 1) and np.all(np.asarray(out).max(-1) == 1)
+    counts = np.asarray(out).sum(0)
+    stats.assert_counts_match(counts, P6, "Gumbel-max token frequencies")
+
+
+def test_gumbel_max_never_picks_zero_probability_token(seeds):
+    p = np.array([0.0, 0.5, 0.0, 0.5], np.float32)
+    tok = decoders.gumbel_max_token(jnp.log(p), prf.vocab_uniforms(seeds[:5000], 4))
+    assert set(np.unique(np.asarray(tok)).tolist()) == {1, 3}
+
+
+def test_synthid_unbiased_exactly_by_enumeration():
+    p = np.array([0.5, 0.3, 0.2], np.float32)
+    m, v = 2, 3
+    gs = np.array(list(itertools.product((0, 1), repeat=m * v)), np.float32).reshape(-1, m, v)
+    out = np.asarray(jax.vmap(decoders.synthid, in_axes=(None, 0))(p, gs))
+    assert np.allclose(out.sum(-1), 1, atol=1e-6)
+    assert np.allclose(out.mean(0), p, atol=1e-6)
+
+
+def test_synthid_sampled_tokens_follow_p(seeds):
+    m = 5
+    g = prf.vocab_gbits(seeds, P6.size, m)
+    pz = jax.vmap(decoders.synthid, in_axes=(None, 0))(P6, g)
+    # the decoder output averages to P ...
+    for w in range(P6.size):
+        stats.assert_mean_close(np.asarray(pz[:, w]), P6[w], f"E[P_zeta][{w}]")
+    # ... and the full pipeline (decoder + same-stream sampler uniform) emits P
+    tok = decoders.sample_token(pz, prf.position_uniforms(seeds))
+    stats.assert_counts_match(np.bincount(np.asarray(tok), minlength=P6.size), P6, "SynthID tokens")
+
+
+def test_synthid_tournament_matches_two_candidate_match():
+    # T_g(P) is the law of the winner of a two-candidate match (Sec. 2)
+    p = np.array([0.6, 0.3, 0.1])
+    g = np.array([0.0, 1.0, 1.0])
+    want = np.zeros(3)
+    for a, b in itertools.product(range(3), repeat=2):
+        if g[a] == g[b]:
+            want[a] += 0.5 * p[a] * p[b]
+            want[b] += 0.5 * p[a] * p[b]
+        else:
+            want[a if g[a] > g[b] else b] += p[a] * p[b]
+    got = decoders.synthid(p.astype(np.float32), g[None, :])
+    assert np.allclose(np.asarray(got), want, atol=1e-6)
+
+
+def test_synthid_limit_is_degenerate(seeds):
+    g = prf.vocab_gbits(seeds[:100], P6.size, 30)
+    out = np.asarray(jax.vmap(decoders.synthid_limit, in_axes=(None, 0))(P6, g))
+    assert np.all(out.max(-1) == 1) and np.all(out.sum(-1) == 1)
+
+
+def test_identity_and_linear_mixture():
+    q = np.array([0, 1, 0, 0, 0, 0], np.float32)
+    assert np.array_equal(np.asarray(decoders.identity(P6)), P6)
+    mix = np.asarray(decoders.linear_mixture(P6, q, 0.25))
+    assert np.allclose(mix, 0.75 * P6 + 0.25 * q)
+    batch = np.asarray(decoders.linear_mixture(np.stack([P6, P6]), np.stack([q, q]), np.array([0.0, 1.0])))
+    assert np.allclose(batch[0], P6) and np.allclose(batch[1], q)
+
+
+def test_sample_token_inverse_cdf():
+    p = np.array([0.0, 0.25, 0.0, 0.75, 0.0], np.float32)
+    u = np.array([1e-7, 0.2499, 0.2501, 0.999999, 1 - 2.0**-24], np.float32)
+    assert np.asarray(decoders.sample_token(np.broadcast_to(p, (5, 5)), u)).tolist() == [1, 1, 3, 3, 3]
+    rng = np.random.default_rng(0)
+    toks = decoders.sample_token(P6, rng.random(N, dtype=np.float32))
+    stats.assert_counts_match(np.bincount(np.asarray(toks), minlength=6), P6, "inverse CDF")
+    # unnormalised weights behave the same
+    assert np.array_equal(np.asarray(decoders.sample_token(p * 7, u)), np.asarray(decoders.sample_token(p, u)))
+
+
+def test_process_logits_temperature_topk_greedy():
+    logits = jnp.array([[2.0, 1.0, 0.5, -1.0]])
+    lp = decoders.process_logits(logits, 1.0)
+    assert np.allclose(np.asarray(jnp.exp(lp)).sum(), 1, atol=1e-6)
+    hot = decoders.process_logits(logits, 0.5)
+    assert np.allclose(np.asarray(hot), np.asarray(jax.nn.log_softmax(logits * 2)), atol=1e-6)
+    top2 = np.asarray(jnp.exp(decoders.process_logits(logits, 1.0, top_k=2)))
+    assert top2[0, 2] == 0 and top2[0, 3] == 0 and np.isclose(top2.sum(), 1)
+    greedy = np.asarray(decoders.process_logits(logits, 0.0))
+    assert greedy[0, 0] == 0 and np.all(np.isneginf(greedy[0, 1:]))
+    with pytest.raises(ValueError, match="temperature"):
+        decoders.process_logits(logits, -1.0)
+    with pytest.raises(ValueError, match="top_k"):
+        decoders.process_logits(logits, 1.0, top_k=9)
+
+
+def test_decoder_config_validation():
+    assert decoders.WatermarkDecoder("synthid", 30).label == "SynthID(m=30)"
+    with pytest.raises(ValueError, match="decoder kind"):
+        decoders.WatermarkDecoder("kgw")
+    with pytest.raises(ValueError, match="num_layers"):
+        decoders.WatermarkDecoder("synthid", 0)
+
+
+@pytest.mark.parametrize(
+    "probs, match",
+    [
+        (np.array([0.5, -0.1, 0.6]), "negative"),
+        (np.array([0.5, np.nan, 0.5]), "NaN"),
+        (np.array([0.5, 0.4, 0.0]), "sum to 1"),
+    ],
+)
+def test_bad_probabilities_are_rejected(probs, match):
+    with pytest.raises(ValueError, match=match):
+        decoders.gumbel_max(probs, np.full(3, 0.5))
+    with pytest.raises(ValueError, match=match):
+        decoders.synthid(probs, np.zeros((2, 3)))
+
+
+def test_shape_and_value_errors():
+    with pytest.raises(ValueError, match="shape"):
+        decoders.gumbel_max(P6, np.full(5, 0.5))
+    with pytest.raises(ValueError, match=r"\(0, 1\)"):
+        decoders.gumbel_max(P6, np.full(6, 1.0))
+    with pytest.raises(ValueError, match="g_values"):
+        decoders.synthid(P6, np.zeros((2, 5)))
+    with pytest.raises(ValueError, match="0 or 1"):
+        decoders.synthid(P6, np.full((2, 6), 0.5))

@@ -1,0 +1,335 @@
+"""Keyed, versioned, counter-based pseudorandom streams (the watermark's ζ).
+
+Every pseudorandom number the watermark uses is a pure function of
+
+    (secret key, stream, the previous ``h`` tokens, token, lane)
+
+computed with 32-bit unsigned arithmetic only (no x64), so that
+
+* a detector rebuilds any value from the text and the key alone, and one
+  token costs one hash evaluation (``token_*`` functions) — detection is
+  O(tokens), never O(tokens x vocabulary);
+* generation evaluates the *same* function over ``arange(V)``
+  (``vocab_*`` functions);
+* the bits are pinned by :data:`PRF_VERSION`, a NumPy twin
+  (:mod:`wmspec_jax.prf_numpy`) and golden vectors in the tests. JAX's own
+  ``jax.random`` bit streams are deliberately *not* used: they have changed
+  between releases and differ across backends.
+
+Streams (Alg. 1 of the paper): ``DRAFT`` = ζ^D (watermarked draft),
+``TARGET`` = ζ^T (watermarked target, residual and bonus tokens), ``ACCEPT``
+= ζ^R (one acceptance uniform per position, no token).
+
+Lanes separate the different kinds of value drawn for one (stream, context):
+per-token uniforms (Gumbel-max, Eq. 2), per-token g-value bits (SynthID,
+Eq. 3-4; 32 layers per hash evaluation) and one per-position uniform (the
+acceptance variable u of Alg. 1 line 6, or the uniform that samples a
+non-degenerate SynthID output).
+
+Construction (version ``wmspec-prf-v1``). ``mix`` is the ``lowbias32``
+integer finaliser (xor-shift-multiply, a bijection on uint32).
+
+    context seed  (s0, s1) = absorb(stream key k0, k1; context c_1..c_h)
+    value(token, lane)     = mix(mix(s0 ^ (token * A + lane * B)) + s1)
+    uniform                = (value >> 8 | 1) * 2^-24      in (0, 1)
+    g-bit of layer l       = bit (l mod 32) of value(token, GBITS + l // 32)
+
+Uniforms are odd multiples of 2^-24, exactly representable in float32, in
+the open interval (0, 1) (min 2^-24, max 1 - 2^-24), so ``log(u)`` and
+``log(1 - u)`` are always finite.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import numbers
+from typing import Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PRF_VERSION = "wmspec-prf-v1"
+"""Identifier of the bit-exact construction. Any change to the functions in
+this module must bump it; detectors record it so old text stays detectable."""
+
+DEFAULT_CONTEXT_WIDTH = 4
+"""Default number h of previous tokens that key each position's ζ."""
+
+# Multiplicative constants (odd) and the lowbias32 finaliser constants.
+_MUL_TOKEN = 0x9E3779B1
+_MUL_LANE = 0x85EBCA77
+_MUL_CONTEXT = 0xC2B2AE3D
+_MIX_1 = 0x7FEB352D
+_MIX_2 = 0x846CA68B
+_PAD_TOKEN = 0xFFFFFFFF  # stands for "before the start of the buffer"
+
+NUM_GBITS_PER_HASH = 32
+
+
+class Stream(enum.IntEnum):
+    """Independent pseudorandom streams of Alg. 1 (ζ = (ζ^D, ζ^T, ζ^R))."""
+
+    DRAFT = 0
+    TARGET = 1
+    ACCEPT = 2
+
+
+NUM_STREAMS = len(Stream)
+
+
+class Lane(enum.IntEnum):
+    """Domain separation of the values drawn for one (stream, context)."""
+
+    TOKEN_UNIFORM = 0  # Gumbel-max uniforms U_w, one per token
+    POSITION_UNIFORM = 1  # one uniform per position (acceptance / sampler)
+    GBITS = 16  # SynthID g-values: lane GBITS + b holds layers 32b..32b+31
+
+
+# ---------------------------------------------------------------------------
+# Secret keys
+# ---------------------------------------------------------------------------
+
+KeyLike = Union[bytes, bytearray, str, int, "WatermarkKey"]
+
+
+class WatermarkKey:
+    """A secret watermark key; derives one 64-bit key per :class:`Stream`.
+
+    Accepts ``bytes``, ``str`` (UTF-8) or a non-negative ``int``. The key is
+    hashed with SHA-256 together with :data:`PRF_VERSION` and a type tag (so
+    ``1``, ``"1"`` and ``b"1"`` are different keys). ``repr``/``str`` never
+    show key material; nothing in the package writes it to results.
+    """
+
+    __slots__ = ("_digest",)
+
+    def __init__(self, key: KeyLike):
+        if isinstance(key, WatermarkKey):
+            self._digest = key._digest
+            return
+        self._digest = hashlib.sha256(
+            PRF_VERSION.encode() + b"\x00" + _key_bytes(key)
+        ).digest()
+
+    def stream_keys(self) -> np.ndarray:
+        """uint32[NUM_STREAMS, 2]: the per-stream key words (k0, k1)."""
+        words = []
+        for stream in Stream:
+            d = hashlib.sha256(
+                self._digest + b"stream:" + stream.name.encode()
+            ).digest()
+            words.append(np.frombuffer(d[:8], dtype="<u4"))
+        return np.stack(words).astype(np.uint32)
+
+    def __repr__(self) -> str:
+        return "WatermarkKey(<secret>)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, WatermarkKey) and other._digest == self._digest
+
+    def __hash__(self) -> int:
+        return hash(self._digest)
+
+    def __reduce__(self):
+        raise TypeError("WatermarkKey is not picklable: never store the secret key")
+
+
+def _key_bytes(key) -> bytes:
+    if isinstance(key, (bytes, bytearray)):
+        return b"b:" + bytes(key)
+    if isinstance(key, str):
+        return b"s:" + key.encode("utf-8")
+    if isinstance(key, bool) or not isinstance(key, numbers.Integral):
+        hint = ""
+        if isinstance(key, jax.Array) or hasattr(key, "dtype"):
+            hint = (
+                " (a jax.random key is the *true-randomness* key; the watermark"
+                " key is a secret bytes/str/int)"
+            )
+        raise TypeError(
+            f"watermark key must be bytes, str or a non-negative int, got "
+            f"{type(key).__name__}{hint}"
+        )
+    key = int(key)
+    if key < 0:
+        raise ValueError("watermark key must be a non-negative int")
+    return b"i:" + key.to_bytes(max(1, (key.bit_length() + 7) // 8), "big")
+
+
+def stream_keys(keys: Union[KeyLike, Sequence[KeyLike]]) -> np.ndarray:
+    """Stream key words for one key (``[NUM_STREAMS, 2]``) or a list (``[B, NUM_STREAMS, 2]``).
+
+    A list gives each row of a batch its own key (used by Monte Carlo tests
+    and by multi-tenant serving).
+    """
+    if isinstance(keys, (list, tuple)):
+        if not keys:
+            raise ValueError("empty list of watermark keys")
+        return np.stack([WatermarkKey(k).stream_keys() for k in keys])
+    return WatermarkKey(keys).stream_keys()
+
+
+def check_stream_keys(keys) -> jax.Array:
+    """Validates an array of stream key words ``[..., NUM_STREAMS, 2]`` uint32."""
+    if isinstance(keys, (WatermarkKey, bytes, bytearray, str, int)):
+        keys = stream_keys(keys)
+    if not hasattr(keys, "dtype") or keys.dtype != np.uint32:
+        raise TypeError(
+            "expected stream key words (uint32[..., 3, 2] from "
+            "wmspec_jax.prf.stream_keys) or a bytes/str/int watermark key, got "
+            f"{type(keys).__name__} with dtype {getattr(keys, 'dtype', None)}"
+        )
+    if keys.shape[-2:] != (NUM_STREAMS, 2):
+        raise ValueError(
+            f"stream key words must end in shape ({NUM_STREAMS}, 2), got {keys.shape}"
+        )
+    return jnp.asarray(keys)
+
+
+# ---------------------------------------------------------------------------
+# The hash (JAX). prf_numpy mirrors every function bit for bit.
+# ---------------------------------------------------------------------------
+
+
+def _u32(x):
+    return jnp.asarray(x, dtype=jnp.uint32)
+
+
+def mix(x: jax.Array) -> jax.Array:
+    """lowbias32: a bijective uint32 -> uint32 finaliser with strong avalanche."""
+    x = _u32(x)
+    x = x ^ (x >> 16)
+    x = x * _u32(_MIX_1)
+    x = x ^ (x >> 15)
+    x = x * _u32(_MIX_2)
+    x = x ^ (x >> 16)
+    return x
+
+
+def context_seeds(keys: jax.Array, contexts: jax.Array) -> jax.Array:
+    """Seeds of positions from their contexts.
+
+    Args:
+      keys: uint32[..., 2] key words of one stream (broadcast against contexts).
+      contexts: int32/uint32[..., h] the previous h tokens, oldest first; use
+        -1 for "before the start of the buffer".
+
+    Returns:
+      uint32[..., 2] seed words (s0, s1).
+    """
+    keys = _u32(keys)
+    ctx = jnp.asarray(contexts).astype(jnp.uint32)  # -1 wraps to _PAD_TOKEN
+    h = ctx.shape[-1]
+    shape = jnp.broadcast_shapes(keys.shape[:-1], ctx.shape[:-1])
+    s0 = jnp.broadcast_to(keys[..., 0] ^ _u32(h * _MUL_LANE & 0xFFFFFFFF), shape)
+    s1 = jnp.broadcast_to(keys[..., 1], shape)
+    for i in range(h):  # h is a small static constant (default 4)
+        c = ctx[..., i]
+        s0 = mix(s0 ^ (c * _u32(_MUL_CONTEXT)))
+        s1 = mix(s1 + s0 + c)
+    return jnp.stack([mix(s0 ^ s1), mix(s1 + _u32(_MUL_TOKEN) * s0)], axis=-1)
+
+
+def hash_values(seeds: jax.Array, tokens: jax.Array, lane: jax.Array | int) -> jax.Array:
+    """One hash evaluation per (seed, token, lane): uint32 with broadcasting.
+
+    Args:
+      seeds: uint32[..., 2] from :func:`context_seeds`.
+      tokens: integer token ids, broadcast against ``seeds[..., 0]``.
+      lane: :class:`Lane` value (or lane + block for g-bits).
+    """
+    seeds = _u32(seeds)
+    t = jnp.asarray(tokens).astype(jnp.uint32)
+    lane = _u32(lane)
+    x = seeds[..., 0] ^ (t * _u32(_MUL_TOKEN) + lane * _u32(_MUL_LANE))
+    return mix(mix(x) + seeds[..., 1])
+
+
+def to_uniform(values: jax.Array) -> jax.Array:
+    """uint32 -> float32 in the open interval (0, 1); exact (odd multiples of 2^-24)."""
+    return ((_u32(values) >> 8) | _u32(1)).astype(jnp.float32) * jnp.float32(2.0**-24)
+
+
+def token_uniforms(seeds: jax.Array, tokens: jax.Array) -> jax.Array:
+    """Gumbel-max uniform U_w of given tokens: float32[...] (one hash each)."""
+    return to_uniform(hash_values(seeds, tokens, Lane.TOKEN_UNIFORM))
+
+
+def vocab_uniforms(seeds: jax.Array, vocab_size: int) -> jax.Array:
+    """Gumbel-max uniforms for the whole vocabulary: float32[..., V]."""
+    tokens = jnp.arange(vocab_size, dtype=jnp.uint32)
+    return token_uniforms(seeds[..., None, :], tokens)
+
+
+def position_uniforms(seeds: jax.Array) -> jax.Array:
+    """One uniform per position (acceptance u, or SynthID sampler): float32[...]."""
+    return to_uniform(hash_values(seeds, jnp.uint32(0), Lane.POSITION_UNIFORM))
+
+
+def token_gbits(seeds: jax.Array, tokens: jax.Array, num_layers: int) -> jax.Array:
+    """SynthID g-values of given tokens: uint8[..., m] in {0, 1}.
+
+    Layers 32b..32b+31 come from one hash evaluation (lane GBITS + b), so a
+    token costs ceil(m / 32) evaluations.
+    """
+    _check_layers(num_layers)
+    blocks = []
+    for b in range(-(-num_layers // NUM_GBITS_PER_HASH)):
+        v = hash_values(seeds, tokens, Lane.GBITS + b)
+        n = min(NUM_GBITS_PER_HASH, num_layers - b * NUM_GBITS_PER_HASH)
+        shifts = jnp.arange(n, dtype=jnp.uint32)
+        blocks.append(((v[..., None] >> shifts) & _u32(1)).astype(jnp.uint8))
+    return jnp.concatenate(blocks, axis=-1)
+
+
+def vocab_gbits(seeds: jax.Array, vocab_size: int, num_layers: int) -> jax.Array:
+    """SynthID g-values for the whole vocabulary: uint8[..., m, V]."""
+    tokens = jnp.arange(vocab_size, dtype=jnp.uint32)
+    bits = token_gbits(seeds[..., None, :], tokens, num_layers)  # [..., V, m]
+    return jnp.swapaxes(bits, -1, -2)
+
+
+def _check_layers(num_layers: int) -> None:
+    if not isinstance(num_layers, (int, np.integer)) or num_layers < 1:
+        raise ValueError(f"number of SynthID layers m must be a positive int, got {num_layers!r}")
+
+
+def check_context_width(h) -> int:
+    """Validates the context width h (number of previous tokens keying ζ)."""
+    if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1:
+        raise ValueError(f"context width h must be an int >= 1, got {h!r}")
+    return int(h)
+
+
+# ---------------------------------------------------------------------------
+# Contexts from token buffers
+# ---------------------------------------------------------------------------
+
+
+def gather_contexts(tokens: jax.Array, positions: jax.Array, width: int) -> jax.Array:
+    """Previous ``width`` tokens of each position (oldest first), -1 before index 0.
+
+    Args:
+      tokens: int[B, L] token buffer.
+      positions: int[B, N] positions whose contexts are wanted.
+      width: h.
+
+    Returns:
+      int32[B, N, h]: ``tokens[b, p - h + j]`` for j in [0, h), -1 where the
+      index is negative.
+    """
+    width = check_context_width(width)
+    tokens = jnp.asarray(tokens, jnp.int32)
+    positions = jnp.asarray(positions, jnp.int32)
+    if tokens.ndim != 2 or positions.ndim != 2 or positions.shape[0] != tokens.shape[0]:
+        raise ValueError(
+            f"expected tokens [B, L] and positions [B, N], got {tokens.shape} and {positions.shape}"
+        )
+    idx = positions[..., None] + jnp.arange(-width, 0, dtype=jnp.int32)  # [B, N, h]
+    safe = jnp.clip(idx, 0, tokens.shape[1] - 1).reshape(tokens.shape[0], -1)
+    gathered = jnp.take_along_axis(tokens, safe, axis=1).reshape(idx.shape)
+    return jnp.where(idx >= 0, gathered, -1)
