@@ -1,0 +1,405 @@
+"""Gumbel-max watermark detection (Sec. 4.2, App. E.1).
+
+Each scored token t has two candidate statistics, the uniform of the
+emitted token under the draft stream (y^D_t) and under the target stream
+(y^T_t), plus the acceptance uniform u_t (:mod:`.streams`). A detector
+picks (or weighs) one per token and tests Σ_t −log(1 − y_t) (Scott
+Aaronson's score). Under H0 the text is independent of the key, so y^D_t,
+y^T_t and u_t are i.i.d. U(0, 1) — over tokens, streams and positions —
+and **any selection rule that does not look at the y's** leaves the selected
+−log(1 − y_t) i.i.d. Exp(1): the score is Gamma(n, 1) with exact p-values
+(:func:`.pvalues.gamma_log_sf`).
+
+Detectors:
+
+* single stream — the basic (non-speculative) watermark: y^T_t.
+* **Ars-τ** (Eq. 11): y_t = y^D_t if u_t < τ else y^T_t. τ is chosen on a
+  training split from a grid of 101 values to maximise TPR at the target
+  FPR (:func:`fit_ars_tau`). Because the rule only looks at u_t, the null
+  stays Gamma(n, 1) for every τ, so the threshold at each τ is the exact
+  Gamma quantile and the training split needs watermarked texts only.
+* **Ars-Prior** (Eq. 12): y^D_t with probability p (the training draft
+  fraction), drawn with a caller-provided ``jax.random`` key.
+* **Oracle**: the true source from the generation records.
+* **Soft** (beyond the paper, :func:`fit_soft`): the per-token mixture
+  likelihood ratio log(π(u_t) r_D(y^D_t) + (1 − π(u_t)) r_T(y^T_t)), where
+  π(u) = P(draft | u) and the density ratios r are learned on the training
+  split. Its null given the observed u's is a sum of independent discrete
+  terms with exactly known per-term distributions, so its p-value is the
+  saddlepoint tail of an exactly known CGF — calibrated conditional on u.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wmspec_jax import prf
+from wmspec_jax.detect import pvalues
+from wmspec_jax.detect.common import Detector, Scores, base_config, check_unit
+from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, check_source
+
+TAU_GRID = np.linspace(0.0, 1.0, 101)
+"""Ars-τ candidates (App. E.1: evenly spaced over [0, 1]; 101 values so the
+step is 0.01 and both pure rules, τ = 0 (always y^T) and τ = 1 (always
+y^D), are included)."""
+
+
+def _check_stats(stats) -> GumbelStats:
+    if not isinstance(stats, GumbelStats):
+        raise TypeError(f"expected GumbelStats (from detect.gumbel_statistics), got {type(stats).__name__}")
+    return stats
+
+
+# ---------------------------------------------------------------------------
+# The Gamma test
+# ---------------------------------------------------------------------------
+
+
+def ars_terms(y: jax.Array) -> jax.Array:
+    """Per-token score −log(1 − y): Exp(1) under H0. y ∈ (0, 1) open, so finite."""
+    return -jnp.log1p(-jnp.asarray(y, jnp.float32))
+
+
+@jax.jit
+def _gamma_test(y, mask):
+    terms = jnp.where(mask, ars_terms(y), 0.0)
+    total = jnp.sum(terms, axis=1)
+    n = jnp.sum(mask, axis=1, dtype=jnp.int32)
+    log_p = pvalues.gamma_log_sf(n, total)
+    return Scores(jnp.where(n > 0, total, jnp.nan), n, log_p, jnp.exp(log_p))
+
+
+def gamma_test(y, mask) -> Scores:
+    """Σ_t −log(1 − y_t) over scored tokens with its exact Gamma(n, 1) p-value.
+
+    Args:
+      y: float[B, L] selected uniforms.
+      mask: bool[B, L] scored positions.
+
+    Returns:
+      :class:`Scores` (score NaN and p = 1 where no token is scored).
+    """
+    y, mask = jnp.asarray(y, jnp.float32), jnp.asarray(mask, bool)
+    if y.shape != mask.shape or y.ndim != 2:
+        raise ValueError(f"y and mask must both be [B, L], got {y.shape} and {mask.shape}")
+    return _gamma_test(y, mask)
+
+
+def select(stats: GumbelStats, choose_draft) -> jax.Array:
+    """y_t = y^D_t where ``choose_draft`` else y^T_t: float32[B, L]."""
+    stats = _check_stats(stats)
+    choose_draft = jnp.asarray(choose_draft, bool)
+    if choose_draft.shape != stats.mask.shape:
+        raise ValueError(f"selection has shape {choose_draft.shape}, statistics {stats.mask.shape}")
+    return jnp.where(choose_draft, stats.y_draft, stats.y_target)
+
+
+def choose_ars_tau(u, tau) -> jax.Array:
+    """Eq. (11): the draft statistic iff u_t < τ. bool[B, L]."""
+    return jnp.asarray(u) < jnp.float32(tau)
+
+
+def choose_prior(shape, draft_fraction: float, rng) -> jax.Array:
+    """Eq. (12): the draft statistic with probability p, independently per token.
+
+    Args:
+      shape: (B, L).
+      draft_fraction: p, the estimated share of accepted draft tokens.
+      rng: a ``jax.random`` key (the choice is reproducible given it).
+    """
+    p = check_unit(draft_fraction, "draft fraction p")
+    return jax.random.bernoulli(rng, p, tuple(shape))
+
+
+def choose_oracle(source) -> jax.Array:
+    """The true source: draft statistic iff the token is an accepted draft (source == 0)."""
+    return jnp.asarray(source) == SOURCE_DRAFT
+
+
+def score_single(stats: GumbelStats) -> Scores:
+    """Single-stream detector for the basic (non-speculative) watermark: y^T_t."""
+    stats = _check_stats(stats)
+    return gamma_test(stats.y_target, stats.mask)
+
+
+def score_ars_tau(stats: GumbelStats, tau: float) -> Scores:
+    """Ars-τ (Eq. 11) with exact Gamma(n, 1) p-values."""
+    stats = _check_stats(stats)
+    tau = check_unit(tau, "tau")
+    return gamma_test(select(stats, choose_ars_tau(stats.u, tau)), stats.mask)
+
+
+def score_ars_prior(stats: GumbelStats, draft_fraction: float, rng) -> Scores:
+    """Ars-Prior (Eq. 12) with exact Gamma(n, 1) p-values."""
+    stats = _check_stats(stats)
+    choice = choose_prior(stats.mask.shape, draft_fraction, rng)
+    return gamma_test(select(stats, choice), stats.mask)
+
+
+def score_oracle(stats: GumbelStats, source) -> Scores:
+    """Oracle: the statistic of the stream that actually produced each token.
+
+    ``source`` is int8[B, L] from the generation records (or
+    :func:`.streams.pseudo_source` for texts without records).
+    """
+    stats = _check_stats(stats)
+    src = check_source(source, stats.mask.shape)
+    return gamma_test(select(stats, choose_oracle(src)), stats.mask)
+
+
+# ---------------------------------------------------------------------------
+# Ars-τ: choosing τ on a training split
+# ---------------------------------------------------------------------------
+
+
+@jax.jit
+def _log_p_grid(stats: GumbelStats, taus):
+    def one(tau):
+        y = jnp.where(stats.u < tau, stats.y_draft, stats.y_target)
+        return _gamma_test(y, stats.mask).log_pvalue
+
+    return jax.lax.map(one, taus)  # [T, B]
+
+
+def fit_ars_tau(
+    positives: GumbelStats,
+    *,
+    target_fpr: float = 0.01,
+    taus: Optional[Sequence[float]] = None,
+    negatives: Optional[GumbelStats] = None,
+    context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
+) -> Detector:
+    """Chooses Ars-τ's τ on a training split (App. E.1).
+
+    For each τ on the grid, TPR at the target FPR is measured on the
+    watermarked training texts and the best τ is kept (ties: the larger
+    median −log p, then the smaller τ).
+
+    Thresholds. By default (``negatives=None``) the threshold is the exact
+    Gamma(n, 1) quantile, i.e. "p ≤ FPR": the selection rule looks only at
+    u, so the null is exact for every τ and no unwatermarked training text
+    is needed. With ``negatives`` the threshold at each τ is instead the
+    empirical (1 − FPR) quantile of the negatives' −log p (the paper's
+    protocol when a null is not trusted).
+
+    Args:
+      positives: statistics of watermarked training texts.
+      target_fpr: FPR at which TPR is maximised.
+      taus: candidate grid (default :data:`TAU_GRID`, 101 values).
+      negatives: optional unwatermarked training texts.
+      context_width: h used by the generator (recorded in the config).
+
+    Returns:
+      ``Detector(kind="ars_tau")`` with config ``tau``, ``target_fpr``,
+      ``calibration`` and params ``taus``, ``train_tpr`` (the curve).
+    """
+    from wmspec_jax.detect import metrics  # local: metrics imports nothing from here
+
+    positives = _check_stats(positives)
+    fpr = check_unit(target_fpr, "target FPR", open_interval=True)
+    grid = np.asarray(TAU_GRID if taus is None else taus, np.float32)
+    if grid.ndim != 1 or grid.size == 0 or (grid < 0).any() or (grid > 1).any():
+        raise ValueError("taus must be a non-empty 1-D grid inside [0, 1]")
+    lp = np.asarray(_log_p_grid(positives, jnp.asarray(grid)))  # [T, B]
+    if negatives is None:
+        tpr = np.mean(lp <= np.log(fpr), axis=1)
+        calibration = "exact-null"
+    else:
+        lpn = np.asarray(_log_p_grid(_check_stats(negatives), jnp.asarray(grid)))
+        tpr = np.array([float(metrics.tpr_at_fpr(-lp[i], -lpn[i], fpr)[0]) for i in range(grid.size)])
+        calibration = "negatives"
+    median_strength = np.median(-lp, axis=1)
+    order = np.lexsort((grid, -median_strength, -tpr))  # primary: TPR, then strength, then small τ
+    best = int(order[0])
+    cfg = base_config("gumbel", context_width, tau=float(grid[best]), target_fpr=fpr,
+                      calibration=calibration)
+    return Detector("ars_tau", cfg, {"taus": grid, "train_tpr": tpr.astype(np.float32)})
+
+
+def ars_prior_detector(draft_fraction: float, context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> Detector:
+    """Ars-Prior as a saveable detector (its only parameter is p, e.g. from
+    :func:`.streams.draft_fraction` on the training records)."""
+    p = check_unit(draft_fraction, "draft fraction p")
+    return Detector("ars_prior", base_config("gumbel", context_width, draft_fraction=p), {})
+
+
+# ---------------------------------------------------------------------------
+# Soft detector: per-token mixture likelihood ratio, calibrated given u
+# ---------------------------------------------------------------------------
+
+DEFAULT_E_EDGES = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5, 0.7, 1.0, 1.4, 1.9, 2.5, 3.2, 4.0, 5.0, 6.5, 8.5)
+"""Bin edges of E = −log(1 − y) (the last bin is [8.5, ∞)). Finer where
+watermarked tokens concentrate (large E); the null mass of bin k is
+exp(−e_k) − exp(−e_{k+1}) exactly."""
+
+
+def _e_bins(y, edges):
+    e = -jnp.log1p(-jnp.asarray(y, jnp.float32))
+    return jnp.clip(jnp.searchsorted(edges, e, side="right") - 1, 0, edges.shape[0] - 1)
+
+
+def _u_bins(u, num_bins):
+    return jnp.clip(jnp.floor(jnp.asarray(u, jnp.float32) * num_bins).astype(jnp.int32), 0, num_bins - 1)
+
+
+def fit_soft(
+    positives: GumbelStats,
+    source,
+    *,
+    num_u_bins: int = 16,
+    e_edges: Sequence[float] = DEFAULT_E_EDGES,
+    smoothing: float = 16.0,
+    context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
+) -> Detector:
+    """Fits the soft Gumbel detector on watermarked training texts with records.
+
+    Model of one watermarked token given its u-bin b (u split into
+    ``num_u_bins`` equal bins): the token came from the draft stream with
+    probability π_b; the producing stream's E = −log(1 − y) falls in bin k
+    with probability f_κ(k); the other stream's value is uniform. The
+    per-token log-likelihood ratio against H0 (both uniform) is
+
+        s_t = log( π_b f_D(i)/p0(i) + (1 − π_b) f_T(j)/p0(j) ),
+
+    i, j the bins of y^D_t, y^T_t and p0 the null bin masses — the Gumbel
+    analogue of App. D's per-token mixture (Eq. 14), with P(ζ = ζ^D | u) =
+    π_b a function of u. π_b and f_κ are frequencies on the training split
+    (true sources from the records), smoothed towards the null (Beta(1, 1)
+    for π, ``smoothing`` pseudo-tokens spread as p0 for f), so rare bins
+    carry no spurious evidence. The model only shapes the statistic; its
+    p-values stay exact-null-based whatever the fit (see :func:`score_soft`).
+
+    Args:
+      positives: statistics of watermarked training texts.
+      source: int8[B, L] their token sources (generation records).
+      num_u_bins: number of equal-width bins of u.
+      e_edges: increasing bin edges of E, starting at 0.
+      smoothing: pseudo-count mass of the null prior on f_D and f_T.
+
+    Returns:
+      ``Detector(kind="gumbel_soft")``: params ``e_edges``, ``table``
+      [nb, ny, ny] (the s values), ``log_null`` [ny], ``pi`` [nb], ``f_draft``,
+      ``f_target``.
+    """
+    positives = _check_stats(positives)
+    src = check_source(source, positives.mask.shape)
+    edges = np.asarray(e_edges, np.float64)
+    if edges.ndim != 1 or edges.size < 2 or edges[0] != 0 or (np.diff(edges) <= 0).any():
+        raise ValueError("e_edges must be strictly increasing and start at 0")
+    if not isinstance(num_u_bins, int) or num_u_bins < 1:
+        raise ValueError(f"num_u_bins must be a positive int, got {num_u_bins!r}")
+    mask = np.asarray(positives.mask) & (src >= 0)
+    if not mask.any():
+        raise ValueError("no scored watermarked tokens with a known source to fit on")
+    upper = np.append(np.exp(-edges[1:]), 0.0)
+    p0 = np.exp(-edges) - upper  # null mass of each E bin
+    ub = np.asarray(_u_bins(positives.u, num_u_bins))[mask]
+    idx_d = np.asarray(_e_bins(positives.y_draft, jnp.asarray(edges, jnp.float32)))[mask]
+    idx_t = np.asarray(_e_bins(positives.y_target, jnp.asarray(edges, jnp.float32)))[mask]
+    is_draft = src[mask] == SOURCE_DRAFT
+    n_draft = np.bincount(ub[is_draft], minlength=num_u_bins)
+    n_all = np.bincount(ub, minlength=num_u_bins)
+    pi = (n_draft + 1.0) / (n_all + 2.0)
+    ny = edges.size
+
+    def density(idx):
+        counts = np.bincount(idx, minlength=ny).astype(np.float64)
+        return (counts + smoothing * p0) / (counts.sum() + smoothing)
+
+    f_draft = density(idx_d[is_draft])
+    f_target = density(idx_t[~is_draft])
+    ratio_d = f_draft / p0
+    ratio_t = f_target / p0
+    table = np.log(pi[:, None, None] * ratio_d[None, :, None] + (1 - pi)[:, None, None] * ratio_t[None, None, :])
+    cfg = base_config("gumbel", context_width, num_u_bins=num_u_bins,
+                      smoothing=float(smoothing))
+    params = {
+        "e_edges": edges.astype(np.float32),
+        "table": table.astype(np.float32),
+        "log_null": np.log(p0).astype(np.float32),
+        "pi": pi.astype(np.float32),
+        "f_draft": f_draft.astype(np.float32),
+        "f_target": f_target.astype(np.float32),
+    }
+    return Detector("gumbel_soft", cfg, params)
+
+
+def soft_token_scores(detector: Detector, stats: GumbelStats):
+    """Per-token s_t and u-bin of each position: (float32[B, L], int32[B, L])."""
+    _check_kind(detector, "gumbel_soft")
+    stats = _check_stats(stats)
+    return _soft_tokens(detector.params["table"], detector.params["e_edges"], stats)
+
+
+@jax.jit
+def _soft_tokens(table, edges, stats):
+    num_u_bins = table.shape[0]
+    b = _u_bins(stats.u, num_u_bins)
+    i = _e_bins(stats.y_draft, edges)
+    j = _e_bins(stats.y_target, edges)
+    return table[b, i, j], b
+
+
+@functools.partial(jax.jit, static_argnames=("iters",))
+def _soft_test(table, edges, log_null, stats, iters: int = 40):
+    nb, ny, _ = table.shape
+    s_tok, b = _soft_tokens(table, edges, stats)
+    total = jnp.sum(jnp.where(stats.mask, s_tok, 0.0), axis=1)
+    counts = jnp.sum(jax.nn.one_hot(b, nb, dtype=jnp.float32) * stats.mask[..., None], axis=1)  # [B, nb]
+    n = jnp.sum(stats.mask, axis=1, dtype=jnp.int32)
+
+    # Exact per-token null given the u-bin: y^D, y^T independent uniforms,
+    # so cell (i, j) has probability p0_i p0_j.
+    logp_cell = (log_null[:, None] + log_null[None, :]).reshape(-1)  # [C]
+    cells = table.reshape(nb, -1)  # [nb, C]
+    mean_b = jnp.sum(jnp.exp(logp_cell)[None] * cells, axis=1)  # [nb]
+    centred = cells - mean_b[:, None]
+    d = total - counts @ mean_b
+
+    def cgf(lam):  # λ: [B]; centred CGF of Σ_b n_b (per-token term of bin b)
+        logits = logp_cell[None, None] + lam[:, None, None] * centred[None]  # [B, nb, C]
+        kc = jax.nn.logsumexp(logits, axis=-1)
+        w = jnp.exp(logits - kc[..., None])
+        m1 = jnp.sum(w * centred[None], axis=-1)
+        dev = centred[None] - m1[..., None]
+        m2 = jnp.sum(w * dev**2, axis=-1)
+        m3 = jnp.sum(w * dev**3, axis=-1)
+        return tuple(jnp.sum(counts * x, axis=1) for x in (kc, m1, m2, m3))
+
+    span = jnp.max(cells) - jnp.min(cells)
+    bound = 60.0 / jnp.maximum(span, 1e-3)  # keeps λ·s inside float32's exp range
+    log_p = pvalues.saddlepoint_log_sf(d, cgf, lower=-bound, upper=bound, iters=iters)
+    # the largest attainable total has an exactly known (atomic) probability
+    smax = jnp.max(cells, axis=1)
+    at_max = jnp.isclose(cells, smax[:, None], rtol=0, atol=1e-6)
+    log_p_max = jnp.log(jnp.sum(jnp.where(at_max, jnp.exp(logp_cell)[None], 0.0), axis=1))  # [nb]
+    total_max = counts @ smax
+    log_p = jnp.where(total >= total_max - 1e-4 * jnp.maximum(1.0, jnp.abs(total_max)), counts @ log_p_max, log_p)
+    log_p = jnp.where(n > 0, log_p, 0.0)
+    return Scores(jnp.where(n > 0, total, jnp.nan), n, log_p, jnp.exp(log_p))
+
+
+def score_soft(detector: Detector, stats: GumbelStats) -> Scores:
+    """Soft detector: Σ_t s_t with p-values conditional on the observed u's.
+
+    Under H0 the y's are i.i.d. U(0, 1) and independent of u, so given the
+    u-bins the tokens' s_t are independent with exactly known discrete
+    distributions (cell (i, j) of bin b has probability p0_i p0_j). The
+    p-value is the Lugannani–Rice saddlepoint tail of that exact CGF
+    (relative error O(1/n)), with the exact atom at the maximal total.
+    """
+    _check_kind(detector, "gumbel_soft")
+    stats = _check_stats(stats)
+    p = detector.params
+    return _soft_test(jnp.asarray(p["table"]), jnp.asarray(p["e_edges"]), jnp.asarray(p["log_null"]), stats)
+
+
+def _check_kind(detector: Detector, kind: str) -> None:
+    if not isinstance(detector, Detector) or detector.kind != kind:
+        got = getattr(detector, "kind", type(detector).__name__)
+        raise TypeError(f"expected a fitted '{kind}' detector, got {got!r}")

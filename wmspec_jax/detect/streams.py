@@ -1,0 +1,384 @@
+"""Per-token detection statistics rebuilt from token ids and the secret key.
+
+A detector needs no model and no logits: every pseudorandom value the
+generator used at a position is a function of (key, stream, the previous h
+tokens, token) (:mod:`wmspec_jax.prf`). For each position t of a text this
+module recomputes
+
+* Gumbel-max: y^D_t, y^T_t — the draft-stream and target-stream uniforms
+  U_{w_t} of the emitted token w_t (Eq. 2) — and the acceptance uniform u_t
+  of the ACCEPT stream (Alg. 1 line 6);
+* SynthID: the g-values g^D_t, g^T_t ∈ {0, 1}^m of the emitted token under
+  both streams (Eq. 3-4) and u_t;
+
+plus the mask of scored positions from the repeated-context rule, which is
+*the same function* generation uses (:func:`wmspec_jax.context.scored_mask`).
+
+Texts are batches ``tokens[B, L]`` with per-row ``lengths`` (right padding)
+and ``starts``: the first position of the watermarked text. Pass the prompt
++ text with ``starts = prompt length`` when the prompt is known (this
+reproduces generation exactly); pass only the text with the default
+``starts = h`` otherwise (earlier positions have no complete context).
+A text with no scored position (shorter than h + 1 tokens, or all contexts
+repeated) gets ``num_scored = 0``; detectors then return no score (NaN) and
+p-value 1 rather than a wrong number.
+
+Values at unscored positions are computed but meaningless: every consumer
+multiplies by ``mask``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wmspec_jax import context, prf
+
+SOURCE_NONE = -1  # prompt / padding
+SOURCE_DRAFT = 0  # accepted draft token (ζ^D)
+SOURCE_RESIDUAL = 1  # residual after a rejection (ζ^T)
+SOURCE_TARGET = 2  # bonus token or non-speculative token (ζ^T)
+
+
+class GumbelStats(NamedTuple):
+    """Gumbel-max per-token statistics of a batch of texts.
+
+    Attributes:
+      y_draft: float32[B, L] y^D_t = U^D_{w_t} of the DRAFT stream.
+      y_target: float32[B, L] y^T_t = U^T_{w_t} of the TARGET stream.
+      u: float32[B, L] acceptance uniform u_t of the ACCEPT stream.
+      mask: bool[B, L] scored positions (repeated-context rule).
+      starts: int32[B] first position of the watermarked text.
+      lengths: int32[B] valid length of each row.
+    """
+
+    y_draft: jax.Array
+    y_target: jax.Array
+    u: jax.Array
+    mask: jax.Array
+    starts: jax.Array
+    lengths: jax.Array
+
+
+class SynthIDStats(NamedTuple):
+    """SynthID per-token statistics of a batch of texts.
+
+    Attributes:
+      g_draft: uint8[B, L, m] g-values of the emitted token, DRAFT stream.
+      g_target: uint8[B, L, m] g-values of the emitted token, TARGET stream.
+      u: float32[B, L] acceptance uniform u_t.
+      mask, starts, lengths: as in :class:`GumbelStats`.
+    """
+
+    g_draft: jax.Array
+    g_target: jax.Array
+    u: jax.Array
+    mask: jax.Array
+    starts: jax.Array
+    lengths: jax.Array
+
+
+class Records(NamedTuple):
+    """What detection uses from a ``speculative.GenerationResult`` (host arrays).
+
+    Attributes:
+      tokens: int32[B, L] prompt + generated tokens, right-padded.
+      lengths: int32[B].
+      starts: int32[B] the prompt lengths.
+      source: int8[B, L] SOURCE_* per position (−1 prompt/padding).
+      watermarked: bool[B, L].
+      accept_u: float32[B, L] (NaN where no acceptance test ran).
+    """
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    starts: np.ndarray
+    source: np.ndarray
+    watermarked: np.ndarray
+    accept_u: np.ndarray
+
+
+# ---------------------------------------------------------------------------
+# Input validation (host side, once, before entering jitted code)
+# ---------------------------------------------------------------------------
+
+
+def check_texts(tokens, lengths=None, starts=None, *, context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
+                vocab_size: Optional[int] = None):
+    """Validates a batch of texts; returns host arrays (tokens, lengths, starts).
+
+    Args:
+      tokens: int[B, L] (or int[L] for one text) token ids.
+      lengths: int[B] valid lengths (default: L for every row).
+      starts: int or int[B] first watermarked position (default
+        ``context.detection_start(h)`` = h: text without its prompt).
+      context_width: h.
+      vocab_size: if given, every valid token must lie in [0, vocab_size).
+
+    Raises:
+      TypeError: non-integer token ids.
+      ValueError: empty batch or text, lengths/starts out of range, tokens
+        outside the vocabulary (with the offending rows).
+    """
+    h = prf.check_context_width(context_width)
+    if isinstance(tokens, jax.core.Tracer):
+        raise TypeError("detection inputs must be concrete arrays (validate before jax.jit)")
+    tok = np.asarray(tokens)
+    if tok.ndim == 1:
+        tok = tok[None]
+    if tok.ndim != 2:
+        raise ValueError(f"tokens must be [B, L] (or [L] for one text), got shape {tok.shape}")
+    if tok.shape[0] == 0 or tok.shape[1] == 0:
+        raise ValueError(f"empty batch of texts: tokens has shape {tok.shape}")
+    if not np.issubdtype(tok.dtype, np.integer):
+        raise TypeError(f"tokens must hold integer token ids, got dtype {tok.dtype}")
+    bsz, length = tok.shape
+    if lengths is None:
+        lens = np.full((bsz,), length, np.int64)
+    else:
+        lens = np.asarray(lengths)
+        if lens.ndim == 0:
+            lens = np.full((bsz,), int(lens))
+        if lens.shape != (bsz,) or not np.issubdtype(lens.dtype, np.integer):
+            raise ValueError(f"lengths must be int[{bsz}], got {lens.dtype}{list(lens.shape)}")
+    bad = np.flatnonzero((lens < 1) | (lens > length))
+    if bad.size:
+        raise ValueError(
+            f"text lengths must lie in [1, {length}] (an empty text cannot be scored); "
+            f"rows {bad[:10].tolist()} have lengths {lens[bad[:10]].tolist()}"
+        )
+    if starts is None:
+        st = np.full((bsz,), context.detection_start(h), np.int64)
+    else:
+        st = np.asarray(starts)
+        if st.ndim == 0:
+            st = np.full((bsz,), int(st))
+        if st.shape != (bsz,) or not np.issubdtype(st.dtype, np.integer):
+            raise ValueError(f"starts must be an int or int[{bsz}], got {st.dtype}{list(st.shape)}")
+        bad = np.flatnonzero((st < 0) | (st > lens))
+        if bad.size:
+            raise ValueError(
+                f"starts (prompt lengths) must lie in [0, length]; rows {bad[:10].tolist()} have "
+                f"starts {st[bad[:10]].tolist()} and lengths {lens[bad[:10]].tolist()}"
+            )
+    valid = np.arange(length)[None] < lens[:, None]
+    hi = np.iinfo(np.int32).max if vocab_size is None else int(vocab_size)
+    outside = ((tok < 0) | (tok >= hi)) & valid
+    if outside.any():
+        rows = np.flatnonzero(outside.any(axis=1))
+        what = "negative token ids" if vocab_size is None else f"token ids outside the vocabulary [0, {vocab_size})"
+        raise ValueError(f"{what} in rows {rows[:10].tolist()} (e.g. {tok[outside][:5].tolist()})")
+    return tok.astype(np.int32), lens.astype(np.int32), st.astype(np.int32)
+
+
+def _check_keys(key, bsz: int) -> jax.Array:
+    keys = prf.check_stream_keys(key)
+    if keys.ndim == 2:
+        keys = jnp.broadcast_to(keys, (bsz,) + keys.shape)
+    if keys.ndim != 3 or keys.shape[0] != bsz:
+        raise ValueError(f"per-text stream keys must be uint32[{bsz}, 3, 2], got shape {keys.shape}")
+    return keys
+
+
+def check_source(source, shape) -> np.ndarray:
+    """Validates a record array of token sources (int8[B, L], values −1..2)."""
+    src = np.asarray(source)
+    if src.shape != tuple(shape):
+        raise ValueError(f"length mismatch of records: source has shape {src.shape}, texts have {tuple(shape)}")
+    if not np.issubdtype(src.dtype, np.integer) or ((src < -1) | (src > 2)).any():
+        raise ValueError("source must hold integers in {-1, 0, 1, 2} (none / draft / residual / target)")
+    return src.astype(np.int8)
+
+
+# ---------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnames=("width", "num_layers"))
+def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int):
+    bsz, length = tokens.shape
+    mask = context.scored_mask(tokens, lengths, starts, width)
+    pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (bsz, length))
+    ctx = prf.gather_contexts(tokens, pos, width)  # [B, L, h]
+    # one seed per (stream, position): [B, 3, L, 2]
+    seeds = prf.context_seeds(keys[:, :, None, :], ctx[:, None])
+    u = prf.position_uniforms(seeds[:, prf.Stream.ACCEPT])
+    if num_layers == 0:
+        draft = prf.token_uniforms(seeds[:, prf.Stream.DRAFT], tokens)
+        target = prf.token_uniforms(seeds[:, prf.Stream.TARGET], tokens)
+    else:
+        draft = prf.token_gbits(seeds[:, prf.Stream.DRAFT], tokens, num_layers)
+        target = prf.token_gbits(seeds[:, prf.Stream.TARGET], tokens, num_layers)
+    return draft, target, u, mask
+
+
+def gumbel_statistics(tokens, key, *, lengths=None, starts=None,
+                      context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
+                      vocab_size: Optional[int] = None) -> GumbelStats:
+    """(y^D_t, y^T_t, u_t) and the scored mask of a batch of texts (Gumbel-max).
+
+    Args:
+      tokens: int[B, L] token ids (prompt + text when the prompt is known).
+      key: the watermark key (bytes/str/int/``prf.WatermarkKey``), its stream
+        key words uint32[3, 2], or per-text words uint32[B, 3, 2].
+      lengths, starts, context_width, vocab_size: see :func:`check_texts`.
+
+    Returns:
+      :class:`GumbelStats`. Cost: one context hash per stream and one token
+      hash per statistic and position — O(B L), no vocabulary loop.
+    """
+    tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
+    keys = _check_keys(key, tok.shape[0])
+    yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
+                                  width=int(context_width), num_layers=0)
+    return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens))
+
+
+def synthid_statistics(tokens, key, num_layers: int, *, lengths=None, starts=None,
+                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
+                       vocab_size: Optional[int] = None) -> SynthIDStats:
+    """(g^D_t, g^T_t ∈ {0,1}^m, u_t) and the scored mask of a batch of texts (SynthID).
+
+    Args:
+      num_layers: m, the number of tournament layers used in generation.
+      Others: as :func:`gumbel_statistics`.
+    """
+    if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 1:
+        raise ValueError(f"number of SynthID layers m must be a positive int, got {num_layers!r}")
+    tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
+    keys = _check_keys(key, tok.shape[0])
+    gd, gt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
+                                  width=int(context_width), num_layers=int(num_layers))
+    return SynthIDStats(gd, gt, u, mask, jnp.asarray(st), jnp.asarray(lens))
+
+
+def records_from_generation(result: Any) -> Records:
+    """Host copies of the fields of a ``speculative.GenerationResult`` detection uses.
+
+    Checks that every record array matches ``tokens`` in shape (a length
+    mismatch of records is an error, not a silent broadcast).
+    """
+    tokens = np.asarray(result.tokens)
+    if tokens.ndim != 2:
+        raise ValueError(f"generation tokens must be [B, L], got shape {tokens.shape}")
+    fields = {}
+    for name in ("source", "watermarked", "accept_u"):
+        arr = np.asarray(getattr(result, name))
+        if arr.shape != tokens.shape:
+            raise ValueError(f"length mismatch of records: {name} has shape {arr.shape}, tokens {tokens.shape}")
+        fields[name] = arr
+    lengths = np.asarray(result.lengths).astype(np.int32)
+    starts = np.asarray(result.prompt_lengths).astype(np.int32)
+    for name, arr in (("lengths", lengths), ("prompt_lengths", starts)):
+        if arr.shape != tokens.shape[:1]:
+            raise ValueError(f"length mismatch of records: {name} has shape {arr.shape}, expected ({tokens.shape[0]},)")
+    return Records(
+        tokens=tokens.astype(np.int32),
+        lengths=lengths,
+        starts=starts,
+        source=check_source(fields["source"], tokens.shape),
+        watermarked=fields["watermarked"].astype(bool),
+        accept_u=fields["accept_u"].astype(np.float32),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Helpers on statistics
+# ---------------------------------------------------------------------------
+
+
+def truncate(stats, num_tokens: int):
+    """The same statistics restricted to the first ``num_tokens`` positions of each text.
+
+    Positions start + [0, num_tokens) stay scored (if they were); later ones
+    are dropped. Used for "TPR as a function of token length": the
+    repeated-context rule only looks backwards, so the truncated mask is
+    exactly the mask of the truncated text.
+    """
+    num_tokens = int(num_tokens)
+    if num_tokens < 1:
+        raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+    pos = jnp.arange(stats.mask.shape[1], dtype=jnp.int32)[None]
+    keep = pos < (stats.starts[:, None] + num_tokens)
+    return stats._replace(mask=stats.mask & keep, lengths=jnp.minimum(stats.lengths, stats.starts + num_tokens))
+
+
+def num_scored(stats) -> jax.Array:
+    """int32[B] number of scored positions per text."""
+    return jnp.sum(stats.mask, axis=1, dtype=jnp.int32)
+
+
+def draft_fraction(source, mask) -> float:
+    """Fraction of scored tokens that are accepted drafts (source == 0).
+
+    The empirical P(ζ_t = ζ^D) over a training split: the "acceptance rate"
+    prior of Ars-Prior (Eq. 12) and Bayes-Prior (App. D).
+    """
+    src = np.asarray(source)
+    m = np.asarray(mask, bool)
+    if src.shape != m.shape:
+        raise ValueError(f"length mismatch of records: source {src.shape} vs mask {m.shape}")
+    total = int(m.sum())
+    if total == 0:
+        raise ValueError("no scored tokens to estimate the draft fraction from")
+    return float(((src == SOURCE_DRAFT) & m).sum() / total)
+
+
+def pseudo_source(mask, draft_fraction_: float, rng) -> jax.Array:
+    """Random sources (draft w.p. ``draft_fraction_``, else target) for texts without records.
+
+    Negatives such as human text have no generation records; a hard
+    selection that is independent of the statistics gives the Oracle
+    detector the same null as it has on generated text.
+
+    Args:
+      mask: bool[B, L].
+      draft_fraction_: in [0, 1].
+      rng: a ``jax.random`` key.
+
+    Returns:
+      int8[B, L] with SOURCE_DRAFT / SOURCE_TARGET inside the mask, SOURCE_NONE elsewhere.
+    """
+    if not 0.0 <= float(draft_fraction_) <= 1.0:
+        raise ValueError(f"draft fraction must lie in [0, 1], got {draft_fraction_}")
+    mask = jnp.asarray(mask, bool)
+    coin = jax.random.bernoulli(rng, float(draft_fraction_), mask.shape)
+    src = jnp.where(coin, SOURCE_DRAFT, SOURCE_TARGET).astype(jnp.int8)
+    return jnp.where(mask, src, jnp.int8(SOURCE_NONE))
+
+
+def concat(stats_list):
+    """Concatenates statistics of several batches along B (padding L with unscored positions)."""
+    if not stats_list:
+        raise ValueError("nothing to concatenate")
+    kind = type(stats_list[0])
+    if any(type(s) is not kind for s in stats_list):
+        raise TypeError("cannot mix Gumbel and SynthID statistics")
+    length = max(s.mask.shape[1] for s in stats_list)
+
+    def pad(x, fill):
+        widths = [(0, 0), (0, length - x.shape[1])] + [(0, 0)] * (x.ndim - 2)
+        return jnp.pad(x, widths, constant_values=fill)
+
+    out = []
+    for name in kind._fields:
+        parts = [getattr(s, name) for s in stats_list]
+        if name in ("starts", "lengths"):
+            out.append(jnp.concatenate(parts))
+        else:
+            fill = False if name == "mask" else (0 if parts[0].dtype == jnp.uint8 else 0.5)
+            out.append(jnp.concatenate([pad(p, fill) for p in parts]))
+    return kind(*out)
+
+
+def concat_source(sources, length: int) -> np.ndarray:
+    """Concatenates int8[B_i, L_i] source arrays along B, padding L with SOURCE_NONE."""
+    return np.concatenate(
+        [np.pad(np.asarray(s, np.int8), [(0, 0), (0, length - np.shape(s)[1])], constant_values=SOURCE_NONE)
+         for s in sources]
+    )
