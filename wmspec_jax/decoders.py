@@ -111,7 +111,12 @@ def tournament_layer(probs: jax.Array, g: jax.Array) -> jax.Array:
     return probs * (1.0 + g - mass_one)
 
 
-def _synthid_unchecked(probs: jax.Array, g_values: jax.Array) -> jax.Array:
+def tournament(probs: jax.Array, g_values: jax.Array) -> jax.Array:
+    """The m tournament layers of Eq. (3) without input checks (for jitted code).
+
+    Args:
+      probs: float[..., V]; g_values: {0,1}[..., m, V], layer 0 applied first.
+    """
     g_layers = jnp.moveaxis(_float(g_values), -2, 0)  # [m, ..., V]
 
     def body(p, g):
@@ -133,7 +138,7 @@ def synthid(probs: jax.Array, g_values: jax.Array) -> jax.Array:
     """
     validation.check_probs(probs)
     _check_g_values(probs, g_values)
-    return _synthid_unchecked(probs, g_values)
+    return tournament(probs, g_values)
 
 
 def synthid_limit(probs: jax.Array, g_values: jax.Array) -> jax.Array:
@@ -142,7 +147,7 @@ def synthid_limit(probs: jax.Array, g_values: jax.Array) -> jax.Array:
     Thm 3.3)."""
     validation.check_probs(probs)
     _check_g_values(probs, g_values)
-    p = _synthid_unchecked(probs, g_values)
+    p = tournament(probs, g_values)
     return _one_hot_like(jnp.argmax(p, axis=-1), p)
 
 

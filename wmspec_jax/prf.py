@@ -183,11 +183,11 @@ def check_stream_keys(keys) -> jax.Array:
             "wmspec_jax.prf.stream_keys) or a bytes/str/int watermark key, got "
             f"{type(keys).__name__} with dtype {getattr(keys, 'dtype', None)}"
         )
-    if keys.shape[-2:] != (NUM_STREAMS, 2):
+    if keys.shape[-2:] != (NUM_STREAMS, 2) or keys.ndim not in (2, 3):
         raise ValueError(
-            f"stream key words must end in shape ({NUM_STREAMS}, 2), got {keys.shape}"
+            f"stream key words must have shape ({NUM_STREAMS}, 2) or (B, {NUM_STREAMS}, 2), got {keys.shape}"
         )
-    return jnp.asarray(keys)
+    return keys if isinstance(keys, jax.Array) else jnp.asarray(keys)
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,275 @@
+"""The speculative loop on the exact toy pair: Thm 4.1, records, batching, errors."""
+
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats as sstats
+
+from tests import stats
+from wmspec_jax import decoders, prf, speculative, theory, toy
+from wmspec_jax.speculative import SpeculativeConfig
+
+GUMBEL = decoders.WatermarkDecoder("gumbel")
+SYNTH = decoders.WatermarkDecoder("synthid", 4)
+SPECULATIVE = ("standard", "hu", "dathathri", "pseudorandom")
+ALL_METHODS = [("plain", 0), ("basic", 0)] + [(m, 2) for m in SPECULATIVE]
+
+V = 4
+TV = 0.35
+P_TAB, Q_TAB = toy.markov_pair(V, TV, concentration=2.0, seed=3)
+MODEL = toy.markov_model(V)
+TARGET, DRAFT = toy.log_table(P_TAB), toy.log_table(Q_TAB)
+PROMPT = np.array([0, 1, 2, 3])
+N_KEYS = 20_000
+
+
+def run(method, k, decoder=GUMBEL, n=N_KEYS, max_new=3, h=4, prompt=PROMPT, rng=None, keys=None, **kw):
+    cfg = SpeculativeConfig(
+        method=method, decoder=decoder, lookahead=k, max_new_tokens=max_new, context_width=h, **kw
+    )
+    prompts = np.broadcast_to(prompt, (n, len(prompt)))
+    keys = prf.stream_keys(list(range(n))) if keys is None else keys
+    rng = jax.random.key(0) if rng is None else rng
+    return speculative.generate(
+        MODEL, TARGET, prompts, np.full(n, len(prompt)), keys, rng, cfg, draft=MODEL, draft_params=DRAFT
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def shared_run(method, k, decoder):
+    """One 20k-key run per (method, decoder) feeds the Thm 4.1 (a) and (b) tests."""
+    return run(method, k, decoder)
+
+
+def generated(res, count):
+    p = int(res.prompt_lengths[0])
+    return np.asarray(res.tokens[:, p : p + count])
+
+
+@pytest.mark.parametrize("method,k", ALL_METHODS)
+@pytest.mark.parametrize("decoder", [GUMBEL, SYNTH], ids=["gumbel", "synthid"])
+def test_thm41a_output_distribution_is_the_target(method, k, decoder):
+    """Joint law of the first 3 tokens over 20k watermark keys = P's (chi-square)."""
+    res = shared_run(method, k, decoder)
+    toks = generated(res, 3)
+    counts = np.bincount(toks[:, 0] * V * V + toks[:, 1] * V + toks[:, 2], minlength=V**3)
+    stats.assert_counts_match(counts, toy.sequence_probs(P_TAB, PROMPT[-1], 3), f"{method}/{decoder.kind}")
+
+
+@pytest.mark.parametrize("method", ["hu", "pseudorandom"])
+def test_thm41a_with_frequent_repeated_contexts(method):
+    """h = 1 over 4 tokens: repeated contexts (true randomness) are common."""
+    res = run(method, 2, GUMBEL, max_new=4, h=1)
+    assert (~np.asarray(res.watermarked)[:, 4:8]).mean() > 0.2
+    toks = generated(res, 4)
+    counts = np.bincount(((toks[:, 0] * V + toks[:, 1]) * V + toks[:, 2]) * V + toks[:, 3], minlength=V**4)
+    stats.assert_counts_match(counts, toy.sequence_probs(P_TAB, PROMPT[-1], 4), method)
+
+
+def test_chi_square_has_power_against_the_draft():
+    """Negative control: the draft's own samples are rejected as P's."""
+    cfg = SpeculativeConfig(method="plain", lookahead=0, max_new_tokens=3)
+    res = speculative.generate(
+        MODEL, DRAFT, np.broadcast_to(PROMPT, (N_KEYS, 4)), np.full(N_KEYS, 4), b"k", jax.random.key(1), cfg
+    )
+    toks = generated(res, 3)
+    counts = np.bincount(toks[:, 0] * V * V + toks[:, 1] * V + toks[:, 2], minlength=V**3)
+    with pytest.raises(AssertionError, match="chi2"):
+        stats.assert_counts_match(counts, toy.sequence_probs(P_TAB, PROMPT[-1], 3), "draft as target")
+
+
+@pytest.mark.parametrize("method", SPECULATIVE)
+@pytest.mark.parametrize("decoder", [GUMBEL, SYNTH], ids=["gumbel", "synthid"])
+def test_thm41b_acceptance_rate_and_tokens_per_step(method, decoder):
+    """First-draft acceptance rate = 1 - TV; with i.i.d. acceptance α the first
+    step (never truncated: K + 1 <= max_new_tokens) emits (1 − α^{K+1}) / (1 − α)."""
+    res = shared_run(method, 2, decoder)
+    p = len(PROMPT)
+    first = np.asarray(res.source[:, p])
+    assert np.isfinite(np.asarray(res.accept_u[:, p])).all()
+    stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - TV, method)
+    per_step = np.asarray(res.tokens_per_step[:, 0]).astype(np.float64)
+    stats.assert_mean_close(per_step, float(theory.expected_tokens_per_step(1 - TV, 2)), f"{method} tokens/step")
+
+
+def test_mean_tokens_per_step_over_a_longer_run():
+    k = 3
+    res = run("pseudorandom", k, GUMBEL, n=8000, max_new=2 * (k + 1) + 1, h=2)
+    first_two = np.asarray(res.tokens_per_step[:, :2]).astype(np.float64)
+    stats.assert_mean_close(first_two, float(theory.expected_tokens_per_step(1 - TV, k)), "tokens/step K=3")
+    aatps = res.tokens_per_step_mean()
+    assert np.all((aatps >= 1) & (aatps <= k + 1))
+    assert np.array_equal(np.asarray(res.tokens_per_step).sum(1), np.asarray(res.lengths - res.prompt_lengths))
+
+
+def test_pseudorandom_is_a_function_of_key_and_prompt():
+    """Alg. 1 uses no true randomness outside repeated contexts (Thm 4.1(c)); baselines do."""
+    v = 64
+    p, q = toy.markov_pair(v, 0.3, seed=5)
+    model = toy.markov_model(v)
+    prompts = np.tile(np.arange(6), (200, 1))
+    keys = prf.stream_keys(list(range(200)))
+
+    def go(method, seed):
+        cfg = SpeculativeConfig(method=method, lookahead=3, max_new_tokens=20)
+        return speculative.generate(
+            model, toy.log_table(p), prompts, np.full(200, 6), keys, jax.random.key(seed), cfg,
+            draft=model, draft_params=toy.log_table(q),
+        )
+
+    a, b = go("pseudorandom", 0), go("pseudorandom", 1)
+    clean = np.asarray(a.watermarked[:, 6:26]).all(1) & np.asarray(b.watermarked[:, 6:26]).all(1)
+    assert clean.sum() > 150
+    assert np.array_equal(np.asarray(a.tokens)[clean], np.asarray(b.tokens)[clean])
+    for method in ("hu", "dathathri", "standard"):  # same compiled loop as pseudorandom
+        a, b = go(method, 0), go(method, 1)
+        assert not np.array_equal(np.asarray(a.tokens), np.asarray(b.tokens)), method
+
+
+@pytest.mark.parametrize("method,k", [("basic", 0), ("standard", 3), ("pseudorandom", 3)])
+def test_row_of_a_batch_equals_the_row_alone(method, k):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 7, size=8)
+    prompts = rng.integers(0, V, size=(8, 6))
+    row_rng = jax.random.split(jax.random.key(4), 8)
+    keys = prf.stream_keys(list(range(8)))
+    cfg = SpeculativeConfig(method=method, decoder=SYNTH, lookahead=k, max_new_tokens=10, eos_id=3)
+    batch = speculative.generate(MODEL, TARGET, prompts, lengths, keys, row_rng, cfg, draft=MODEL, draft_params=DRAFT)
+    for i in (0, 5):
+        alone = speculative.generate(
+            MODEL, TARGET, prompts[i : i + 1], lengths[i : i + 1], keys[i : i + 1], row_rng[i : i + 1], cfg,
+            draft=MODEL, draft_params=DRAFT,
+        )
+        for name in ("tokens", "lengths", "source", "watermarked", "num_steps", "tokens_per_step"):
+            assert np.array_equal(np.asarray(getattr(batch, name))[i], np.asarray(getattr(alone, name))[0]), name
+        assert np.array_equal(np.asarray(batch.accept_u)[i], np.asarray(alone.accept_u)[0], equal_nan=True)
+
+
+def test_second_call_compiles_nothing():
+    run("pseudorandom", 2, n=16)
+    before = speculative.compilation_cache_size()
+    run("pseudorandom", 2, n=16, rng=jax.random.key(9), keys=prf.stream_keys(list(range(100, 116))))
+    assert speculative.compilation_cache_size() == before
+
+
+@pytest.mark.parametrize("method,k", ALL_METHODS)
+def test_greedy_emits_the_targets_greedy_path(method, k):
+    res = run(method, k, SYNTH, n=4, max_new=12, temperature=0.0)
+    path, tok = [], PROMPT[-1]
+    for _ in range(12):
+        tok = int(np.argmax(P_TAB[tok]))
+        path.append(tok)
+    assert (generated(res, 12) == np.array(path)).all()
+
+
+@functools.lru_cache(maxsize=None)
+def eos_run():
+    return run("pseudorandom", 3, GUMBEL, n=300, max_new=15, eos_id=2)
+
+
+def test_eos_budget_and_records():
+    res = eos_run()
+    toks, src = np.asarray(res.tokens), np.asarray(res.source)
+    lengths, p = np.asarray(res.lengths), len(PROMPT)
+    for b in range(300):
+        gen = toks[b, p : lengths[b]]
+        assert 1 <= gen.size <= 15
+        assert (gen[:-1] != 2).all() and (gen[-1] == 2 or gen.size == 15)
+        assert (toks[b, lengths[b] :] == 0).all()
+        assert (src[b, p : lengths[b]] >= 0).all() and (src[b, lengths[b] :] == -1).all()
+    u = np.asarray(res.accept_u)
+    drafted = src == speculative.SOURCE_DRAFT
+    prob = np.asarray(res.accept_prob)
+    # accepted drafts passed their test, residuals failed it, bonus tokens had none
+    assert (u[drafted] < prob[drafted]).all()
+    resid = src == speculative.SOURCE_RESIDUAL
+    assert (u[resid] >= prob[resid]).all()
+    assert np.isnan(u[src == speculative.SOURCE_TARGET]).all()
+
+
+def test_records_are_rebuildable_from_text_and_key():
+    """The acceptance u and the draft-stream Gumbel choice can be recomputed by a detector."""
+    res = eos_run()
+    toks, src = np.asarray(res.tokens), np.asarray(res.source)
+    wm = np.asarray(res.watermarked)
+    keys = prf.stream_keys(list(range(300)))
+    pos = np.broadcast_to(np.arange(toks.shape[1]), toks.shape)
+    ctx = prf.gather_contexts(toks, pos, 4)
+    acc = np.asarray(prf.position_uniforms(prf.context_seeds(keys[:, None, prf.Stream.ACCEPT], ctx)))
+    tested = wm & np.isfinite(np.asarray(res.accept_u))
+    assert tested.sum() > 1000
+    assert np.array_equal(acc[tested], np.asarray(res.accept_u)[tested])
+    draft_seeds = prf.context_seeds(keys[:, None, prf.Stream.DRAFT], ctx)
+    choice = np.asarray(decoders.gumbel_max_token(jnp.asarray(np.log(Q_TAB))[toks[:, :-1]], prf.vocab_uniforms(draft_seeds[:, 1:], V)))
+    from_draft = (src[:, 1:] == speculative.SOURCE_DRAFT) & wm[:, 1:]
+    assert np.array_equal(choice[from_draft], toks[:, 1:][from_draft])
+
+
+def test_input_errors():
+    cfg = SpeculativeConfig(method="pseudorandom", lookahead=2, max_new_tokens=4)
+    good = dict(draft=MODEL, draft_params=DRAFT)
+    gen = speculative.generate
+    with pytest.raises(ValueError, match=r"\[B, P\]"):
+        gen(MODEL, TARGET, np.zeros(3, int), [3], b"k", jax.random.key(0), cfg, **good)
+    with pytest.raises(ValueError, match="empty prompts"):
+        gen(MODEL, TARGET, np.zeros((1, 3), int), [0], b"k", jax.random.key(0), cfg, **good)
+    with pytest.raises(ValueError, match="token ids"):
+        gen(MODEL, TARGET, np.full((1, 3), 9), [3], b"k", jax.random.key(0), cfg, **good)
+    with pytest.raises(ValueError, match="needs a draft"):
+        gen(MODEL, TARGET, np.zeros((1, 3), int), [3], b"k", jax.random.key(0), cfg)
+    with pytest.raises(ValueError, match="vocabulary mismatch"):
+        gen(MODEL, TARGET, np.zeros((1, 3), int), [3], b"k", jax.random.key(0), cfg,
+            draft=toy.markov_model(5), draft_params=toy.log_table(toy.markov_pair(5)[0]))
+    with pytest.raises(TypeError, match="watermark key"):
+        gen(MODEL, TARGET, np.zeros((1, 3), int), [3], 1.5, jax.random.key(0), cfg, **good)
+    with pytest.raises(TypeError, match="jax.random key"):
+        gen(MODEL, TARGET, np.zeros((1, 3), int), [3], b"k", b"k", cfg, **good)
+    with pytest.raises(ValueError, match="lookahead"):
+        SpeculativeConfig(method="hu", lookahead=0)
+    with pytest.raises(ValueError, match="lookahead=0"):
+        SpeculativeConfig(method="basic", lookahead=2)
+    with pytest.raises(ValueError, match="method"):
+        SpeculativeConfig(method="kgw")
+    with pytest.raises(ValueError, match="temperature"):
+        SpeculativeConfig(temperature=-1.0)
+    bad_params = TARGET.at[1, 2].set(jnp.nan)
+    with pytest.raises(ValueError, match="NaN"):
+        gen(MODEL, bad_params, np.tile(np.arange(4), (2, 1)), [4, 4], b"k", jax.random.key(0), cfg, **good)
+
+
+def test_batch_sharded_over_eight_devices_gives_the_same_tokens():
+    script = textwrap.dedent(
+        """
+        import jax, numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        from wmspec_jax import decoders, prf, speculative, toy
+        assert len(jax.devices()) == 8
+        p, q = toy.markov_pair(16, 0.3, seed=2)
+        m = toy.markov_model(16)
+        cfg = speculative.SpeculativeConfig(method="pseudorandom", decoder=decoders.WatermarkDecoder("synthid", 4),
+                                            lookahead=3, max_new_tokens=24)
+        prompts = np.random.default_rng(0).integers(0, 16, size=(16, 6))
+        keys = prf.stream_keys(list(range(16)))
+        rngs = jax.random.split(jax.random.key(0), 16)
+        args = (prompts, np.full(16, 6), keys, rngs)
+        one = speculative.generate(m, toy.log_table(p), *args, cfg, draft=m, draft_params=toy.log_table(q))
+        mesh = Mesh(np.array(jax.devices()), ("batch",))
+        shard = lambda x: jax.device_put(x, NamedSharding(mesh, P("batch")))
+        sharded = speculative.generate(m, toy.log_table(p), shard(prompts), shard(np.full(16, 6)), shard(keys),
+                                       shard(rngs), cfg, draft=m, draft_params=toy.log_table(q))
+        assert np.array_equal(np.asarray(one.tokens), np.asarray(sharded.tokens))
+        assert np.array_equal(np.asarray(one.source), np.asarray(sharded.source))
+        print("OK")
+        """
+    )
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]

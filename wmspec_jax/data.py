@@ -1,0 +1,250 @@
+"""Prompts and human-written text: ELI5 / C4 from local files, or built-in stand-ins.
+
+The paper prompts with ELI5 questions (question answering) and the first
+~100 characters of C4 realnewslike documents (open-ended generation), and
+uses human ELI5 answers as unwatermarked negatives. Without a dataset hub
+this module reads those datasets from local files through ``datasets``, and
+otherwise falls back to built-in sets that ship with the Python environment:
+
+* ``builtin-eli5``: question-style prompts from the ``chatterbot-corpus``
+  package (English YAML conversations: first turn = question, second = the
+  human answer);
+* ``builtin-c4``: text openings from CPython's ``pydoc_data.topics``
+  (paragraphs of the language reference) and, when installed, Debian's
+  ``fortunes`` files (``apt-get install fortunes``: entries separated by
+  ``%`` lines under ``/usr/share/games/fortunes``).
+
+Dataset specs (the experiments' ``--dataset`` flag):
+``builtin-eli5``, ``builtin-c4``, ``eli5:PATH``, ``c4:PATH`` where PATH is a
+JSON/JSONL/CSV/Parquet file (or a directory saved with
+``Dataset.save_to_disk``). ELI5 rows need a question field (``title`` or
+``question``) and may carry human answers (``answers.text`` list,
+``answers`` list or ``answer`` string); C4 rows need ``text``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import pathlib
+import re
+from typing import Callable, Iterable, Optional, Sequence
+
+import numpy as np
+
+FORTUNES_DIR = "/usr/share/games/fortunes"
+C4_PROMPT_CHARS = 100
+_QUESTION_START = re.compile(
+    r"^(what|why|how|who|whom|whose|when|where|which|is|are|was|were|do|does|did|can|could|"
+    r"would|should|will|have|has|tell|explain|describe)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextExample:
+    """One prompt and, where known, a human continuation/answer (for negatives)."""
+
+    prompt: str
+    human: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptSet:
+    """A named list of examples; ``kind`` is ``"question"`` or ``"text"``."""
+
+    name: str
+    kind: str
+    examples: tuple
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    @property
+    def prompts(self) -> list[str]:
+        return [e.prompt for e in self.examples]
+
+    @property
+    def human_texts(self) -> list[str]:
+        return [e.human for e in self.examples if e.human.strip()]
+
+    def take(self, n: int, seed: Optional[int] = None, offset: int = 0) -> "PromptSet":
+        """A deterministic subset: shuffled with ``seed`` (if given), then [offset, offset + n)."""
+        order = np.arange(len(self.examples))
+        if seed is not None:
+            order = np.random.default_rng(seed).permutation(order)
+        chosen = order[offset : offset + n]
+        return dataclasses.replace(self, examples=tuple(self.examples[i] for i in chosen))
+
+
+# ---------------------------------------------------------------------------
+# Built-in sets
+# ---------------------------------------------------------------------------
+
+
+def _as_question(text: str) -> str:
+    text = " ".join(str(text).split())
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith("?") else text.rstrip(".!") + "?"
+
+
+def builtin_questions() -> PromptSet:
+    """Question/answer pairs from chatterbot-corpus (English), deduplicated."""
+    import yaml
+    import chatterbot_corpus
+
+    root = pathlib.Path(chatterbot_corpus.__file__).parent / "data" / "english"
+    seen, examples = set(), []
+    for path in sorted(root.glob("*.yml")):
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.safe_load(f) or {}
+        for conv in doc.get("conversations") or []:
+            if not conv or not isinstance(conv[0], str):
+                continue
+            first = conv[0].strip()
+            if not (first.endswith("?") or _QUESTION_START.match(first)):
+                continue
+            question = _as_question(first)
+            if question.lower() in seen:
+                continue
+            seen.add(question.lower())
+            answer = " ".join(str(t) for t in conv[1:] if isinstance(t, str))
+            examples.append(TextExample(question, " ".join(answer.split())))
+    if not examples:
+        raise RuntimeError(f"no questions found under {root}")
+    return PromptSet("builtin-eli5", "question", tuple(examples))
+
+
+def _opening(text: str, chars: int) -> str:
+    """The first ~``chars`` characters, cut at a word boundary."""
+    text = " ".join(text.split())
+    if len(text) <= chars:
+        return text
+    cut = text.rfind(" ", 0, chars + 1)
+    return text[: cut if cut > chars // 2 else chars]
+
+
+def parse_fortunes(path: str) -> list[str]:
+    """Entries of one fortune file (separated by lines holding only ``%``)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        raw = f.read()
+    return [e.strip() for e in re.split(r"^%\s*$", raw, flags=re.MULTILINE) if e.strip()]
+
+
+def builtin_openings(chars: int = C4_PROMPT_CHARS, min_length: int = 200, fortunes_dir: str = FORTUNES_DIR) -> PromptSet:
+    """Text openings (C4 stand-in): pydoc_data paragraphs, plus fortunes if installed."""
+    import pydoc_data.topics
+
+    texts = []
+    for name in sorted(pydoc_data.topics.topics):
+        for para in pydoc_data.topics.topics[name].split("\n\n"):
+            if len(para) >= min_length and not para.startswith((" ", "*", "-")):
+                texts.append(" ".join(para.split()))
+    if os.path.isdir(fortunes_dir):
+        for path in sorted(glob.glob(os.path.join(fortunes_dir, "*"))):
+            if os.path.isfile(path) and "." not in os.path.basename(path):
+                texts.extend(" ".join(e.split()) for e in parse_fortunes(path) if len(e) >= min_length)
+    examples, seen = [], set()
+    for text in texts:
+        prompt = _opening(text, chars)
+        if prompt in seen:
+            continue
+        seen.add(prompt)
+        examples.append(TextExample(prompt, text[len(prompt) :].strip()))
+    return PromptSet("builtin-c4", "text", tuple(examples))
+
+
+# ---------------------------------------------------------------------------
+# Local datasets through `datasets`
+# ---------------------------------------------------------------------------
+
+
+def _load_local(path: str):
+    import datasets
+
+    if os.path.isdir(path):
+        ds = datasets.load_from_disk(path)
+        return ds[next(iter(ds))] if isinstance(ds, datasets.DatasetDict) else ds
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"dataset file not found: {path}")
+    ext = pathlib.Path(path).suffix.lower().lstrip(".")
+    builder = {"jsonl": "json", "json": "json", "csv": "csv", "parquet": "parquet"}.get(ext)
+    if builder is None:
+        raise ValueError(f"unsupported dataset file type {ext!r}: use json, jsonl, csv, parquet or a saved dataset dir")
+    return datasets.load_dataset(builder, data_files=path, split="train")
+
+
+def _answers(row) -> str:
+    ans = row.get("answers", row.get("answer", ""))
+    if isinstance(ans, dict):
+        ans = ans.get("text", [])
+    if isinstance(ans, (list, tuple)):
+        ans = ans[0] if ans else ""
+    return " ".join(str(ans or "").split())
+
+
+def load_eli5(path: str) -> PromptSet:
+    """ELI5-style questions (``title`` or ``question``) with human answers if present."""
+    ds = _load_local(path)
+    field = "title" if "title" in ds.column_names else "question" if "question" in ds.column_names else None
+    if field is None:
+        raise ValueError(f"ELI5 data needs a 'title' or 'question' column; found {ds.column_names}")
+    examples = [TextExample(_as_question(row[field]), _answers(row)) for row in ds if str(row[field]).strip()]
+    return PromptSet(f"eli5:{os.path.basename(path)}", "question", tuple(examples))
+
+
+def load_c4(path: str, chars: int = C4_PROMPT_CHARS) -> PromptSet:
+    """C4-style documents (``text``): the first ~``chars`` characters are the prompt."""
+    ds = _load_local(path)
+    if "text" not in ds.column_names:
+        raise ValueError(f"C4 data needs a 'text' column; found {ds.column_names}")
+    examples = []
+    for row in ds:
+        text = " ".join(str(row["text"]).split())
+        if len(text) > chars:
+            prompt = _opening(text, chars)
+            examples.append(TextExample(prompt, text[len(prompt) :].strip()))
+    return PromptSet(f"c4:{os.path.basename(path)}", "text", tuple(examples))
+
+
+def load_prompt_set(spec: str) -> PromptSet:
+    """``builtin-eli5`` | ``builtin-c4`` | ``eli5:PATH`` | ``c4:PATH`` (see module doc)."""
+    if spec == "builtin-eli5":
+        return builtin_questions()
+    if spec == "builtin-c4":
+        return builtin_openings()
+    kind, _, path = spec.partition(":")
+    if kind == "eli5" and path:
+        return load_eli5(path)
+    if kind == "c4" and path:
+        return load_c4(path)
+    raise ValueError(f"unknown dataset spec {spec!r}: use builtin-eli5, builtin-c4, eli5:PATH or c4:PATH")
+
+
+# ---------------------------------------------------------------------------
+# Tokenisation into the loop's static shapes
+# ---------------------------------------------------------------------------
+
+
+def pack_prompts(token_lists: Sequence[Sequence[int]], max_length: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Left-aligned int32[B, P] prompts and int32[B] lengths.
+
+    Prompts longer than ``max_length`` keep their *last* ``max_length``
+    tokens (the end of a prompt is what conditions the answer).
+    """
+    if not token_lists:
+        raise ValueError("no prompts to pack")
+    lengths = np.array([min(len(t), max_length) for t in token_lists], np.int32)
+    if (lengths == 0).any():
+        raise ValueError("empty prompt after tokenisation")
+    out = np.full((len(token_lists), int(lengths.max())), pad_id, np.int32)
+    for i, toks in enumerate(token_lists):
+        toks = list(toks)[-max_length:]
+        out[i, : len(toks)] = toks
+    return out, lengths
+
+
+def encode_texts(encode: Callable[[str], Iterable[int]], texts: Sequence[str], max_length: int, pad_id: int = 0):
+    """Tokenise texts with ``encode`` and pack them (:func:`pack_prompts`)."""
+    return pack_prompts([list(encode(t)) for t in texts], max_length, pad_id)
