@@ -329,26 +329,46 @@ def fit_soft(
     return Detector("gumbel_soft", cfg, params)
 
 
-def soft_token_scores(detector: Detector, stats: GumbelStats):
-    """Per-token s_t and u-bin of each position: (float32[B, L], int32[B, L])."""
+def _soft_inputs(detector: Detector, stats: GumbelStats, source):
+    """(table, bins): the u-bin table extended by two rows, "known draft"
+    (s = log r_D(i)) and "known target" (s = log r_T(j)); bins are the u-bins,
+    or with ``source`` the known rows. One table shape for both uses, so the
+    scoring function compiles once."""
+    p = detector.params
+    table = jnp.asarray(p["table"])
+    nb = table.shape[0]
+    log_null = jnp.asarray(p["log_null"])
+    ny = log_null.shape[0]
+    log_rd = jnp.log(jnp.asarray(p["f_draft"])) - log_null
+    log_rt = jnp.log(jnp.asarray(p["f_target"])) - log_null
+    known = jnp.stack([jnp.broadcast_to(log_rd[:, None], (ny, ny)), jnp.broadcast_to(log_rt[None, :], (ny, ny))])
+    if source is None:
+        bins = _u_bins(stats.u, nb)
+    else:
+        src = jnp.asarray(check_source(source, stats.mask.shape))
+        bins = jnp.where(src == SOURCE_DRAFT, nb, nb + 1).astype(jnp.int32)
+    return jnp.concatenate([table, known]), bins
+
+
+def soft_token_scores(detector: Detector, stats: GumbelStats, source=None):
+    """Per-token s_t and the bin of each position: (float32[B, L], int32[B, L])."""
     _check_kind(detector, "gumbel_soft")
     stats = _check_stats(stats)
-    return _soft_tokens(detector.params["table"], detector.params["e_edges"], stats)
+    table, bins = _soft_inputs(detector, stats, source)
+    return _soft_tokens(table, jnp.asarray(detector.params["e_edges"]), stats, bins)
 
 
 @jax.jit
-def _soft_tokens(table, edges, stats):
-    num_u_bins = table.shape[0]
-    b = _u_bins(stats.u, num_u_bins)
+def _soft_tokens(table, edges, stats, bins):
     i = _e_bins(stats.y_draft, edges)
     j = _e_bins(stats.y_target, edges)
-    return table[b, i, j], b
+    return table[bins, i, j], bins
 
 
 @functools.partial(jax.jit, static_argnames=("iters",))
-def _soft_test(table, edges, log_null, stats, iters: int = 40):
+def _soft_test(table, edges, log_null, stats, bins, iters: int = 40):
     nb, ny, _ = table.shape
-    s_tok, b = _soft_tokens(table, edges, stats)
+    s_tok, b = _soft_tokens(table, edges, stats, bins)
     total = jnp.sum(jnp.where(stats.mask, s_tok, 0.0), axis=1)
     counts = jnp.sum(jax.nn.one_hot(b, nb, dtype=jnp.float32) * stats.mask[..., None], axis=1)  # [B, nb]
     n = jnp.sum(stats.mask, axis=1, dtype=jnp.int32)
@@ -361,19 +381,37 @@ def _soft_test(table, edges, log_null, stats, iters: int = 40):
     centred = cells - mean_b[:, None]
     d = total - counts @ mean_b
 
+    p_cell = jnp.exp(logp_cell)
+    resid = jnp.sum(p_cell[None] * centred, axis=1)  # float rounding of the zero mean, ~1e-8
+
     def cgf(lam):  # λ: [B]; centred CGF of Σ_b n_b (per-token term of bin b)
-        logits = logp_cell[None, None] + lam[:, None, None] * centred[None]  # [B, nb, C]
-        kc = jax.nn.logsumexp(logits, axis=-1)
-        w = jnp.exp(logits - kc[..., None])
-        m1 = jnp.sum(w * centred[None], axis=-1)
-        dev = centred[None] - m1[..., None]
-        m2 = jnp.sum(w * dev**2, axis=-1)
-        m3 = jnp.sum(w * dev**3, axis=-1)
-        return tuple(jnp.sum(counts * x, axis=1) for x in (kc, m1, m2, m3))
+        # K_b(λ) = log Σ_c p_c e^{λ s̃_c} written as log1p(Σ_c p_c expm1(λ s̃_c)) with
+        # expm1(x) − x summed separately: K_b(0) = 0 exactly and no O(1) terms cancel,
+        # so K stays accurate where it is O(λ²) (near the mean).
+        x = lam[:, None, None] * centred[None]  # [B, nb, C]
+        a = pvalues.expm1_minus_x(x)
+        lin = lam[:, None] * resid[None]
+        z1 = jnp.sum(p_cell * a, axis=-1) + lin  # Σ p (e^x − 1)
+        kc = jnp.log1p(z1)
+        ex = a + x + 1.0  # e^x
+        zz = 1.0 + z1
+        m1 = (jnp.sum(p_cell * centred[None] * (a + x), axis=-1) + resid[None]) / zz
+        e2 = jnp.sum(p_cell * centred[None] ** 2 * ex, axis=-1) / zz
+        e3 = jnp.sum(p_cell * centred[None] ** 3 * ex, axis=-1) / zz
+        m2 = jnp.maximum(e2 - m1**2, 0.0)
+        m3 = e3 - 3 * m1 * m2 - m1**3
+        return tuple(jnp.sum(counts * v, axis=1) for v in (kc, m1, m2, m3))
+
+    def slope(lam):  # (K', K'') only, for the Newton iterations: one expm1 per cell
+        em1 = jnp.expm1(lam[:, None, None] * centred[None])
+        zz = 1.0 + jnp.sum(p_cell * em1, axis=-1)
+        m1 = (jnp.sum(p_cell * centred[None] * em1, axis=-1) + resid[None]) / zz
+        e2 = jnp.sum(p_cell * centred[None] ** 2 * (em1 + 1.0), axis=-1) / zz
+        return jnp.sum(counts * m1, axis=1), jnp.sum(counts * jnp.maximum(e2 - m1**2, 0.0), axis=1)
 
     span = jnp.max(cells) - jnp.min(cells)
     bound = 60.0 / jnp.maximum(span, 1e-3)  # keeps λ·s inside float32's exp range
-    log_p = pvalues.saddlepoint_log_sf(d, cgf, lower=-bound, upper=bound, iters=iters)
+    log_p = pvalues.saddlepoint_log_sf(d, cgf, lower=-bound, upper=bound, iters=iters, slope=slope)
     # the largest attainable total has an exactly known (atomic) probability
     smax = jnp.max(cells, axis=1)
     at_max = jnp.isclose(cells, smax[:, None], rtol=0, atol=1e-6)
@@ -384,8 +422,13 @@ def _soft_test(table, edges, log_null, stats, iters: int = 40):
     return Scores(jnp.where(n > 0, total, jnp.nan), n, log_p, jnp.exp(log_p))
 
 
-def score_soft(detector: Detector, stats: GumbelStats) -> Scores:
+def score_soft(detector: Detector, stats: GumbelStats, source=None) -> Scores:
     """Soft detector: Σ_t s_t with p-values conditional on the observed u's.
+
+    With ``source`` (int8[B, L] records) the per-token mixture is replaced
+    by the true stream's ratio, log r_D(i) or log r_T(j): the Oracle of the
+    same statistic family, for measuring how much of the gap the soft use
+    of u closes.
 
     Under H0 the y's are i.i.d. U(0, 1) and independent of u, so given the
     u-bins the tokens' s_t are independent with exactly known discrete
@@ -395,8 +438,9 @@ def score_soft(detector: Detector, stats: GumbelStats) -> Scores:
     """
     _check_kind(detector, "gumbel_soft")
     stats = _check_stats(stats)
+    table, bins = _soft_inputs(detector, stats, source)
     p = detector.params
-    return _soft_test(jnp.asarray(p["table"]), jnp.asarray(p["e_edges"]), jnp.asarray(p["log_null"]), stats)
+    return _soft_test(table, jnp.asarray(p["e_edges"]), jnp.asarray(p["log_null"]), stats, bins)
 
 
 def _check_kind(detector: Detector, kind: str) -> None:

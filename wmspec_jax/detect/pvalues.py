@@ -20,7 +20,7 @@ number (~1e-45), and ``log p`` keeps ranking them.
 
 from __future__ import annotations
 
-from typing import Callable, Tuple
+from typing import Callable, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
@@ -75,11 +75,29 @@ def _d_minus_log1p(d):
 
 
 def _log_normal_sf_plus(w, corr):
-    """log(Φ(−w) + φ(w)·corr), stable for all w (corr is a bounded correction)."""
+    """log(Φ(−w) + φ(w)·corr), stable for all w (corr is a bounded correction).
+
+    Where the correction would remove most of the mass (a breakdown of the
+    expansion, never seen for valid inputs) the leading term Φ(−w) is kept
+    rather than returning a spuriously tiny p-value.
+    """
     log_sf = log_ndtr(-w)
     log_pdf = -0.5 * w * w - 0.5 * _LOG_2PI
     ratio = corr * jnp.exp(log_pdf - log_sf)  # φ/Φ̄ ≤ w + 1: never overflows
-    return log_sf + jnp.log1p(jnp.maximum(ratio, -1.0 + 1e-7))
+    ok = jnp.isfinite(ratio) & (ratio > -0.9)
+    return log_sf + jnp.where(ok, jnp.log1p(jnp.where(ok, ratio, 0.0)), 0.0)
+
+
+def expm1_minus_x(x):
+    """e^x − 1 − x, accurate near 0 (series) and elsewhere (direct)."""
+    small = jnp.abs(x) < 0.1
+    xs = jnp.where(small, x, 0.0)
+    series = jnp.zeros_like(x)
+    for k in range(9, 1, -1):  # Σ_{k≥2} x^k / k!, truncation < 0.1^10 / 10!
+        series = (series + 1.0) * xs / jnp.float32(k)
+    series = series * xs
+    xb = jnp.where(small, 0.0, x)
+    return jnp.where(small, series, jnp.expm1(xb) - xb)
 
 
 def _gamma_log_sf_temme(a, x):
@@ -211,7 +229,8 @@ def saddlepoint_log_sf(
     lower: float = -50.0,
     upper: float = 50.0,
     lattice: bool = False,
-    iters: int = 60,
+    iters: int = 40,
+    slope: Optional[Callable] = None,
 ) -> jax.Array:
     """Lugannani–Rice saddlepoint approximation of log P(S ≥ s).
 
@@ -229,7 +248,10 @@ def saddlepoint_log_sf(
         tails far beyond any threshold are affected.
       lattice: S is integer-valued (unit lattice): Daniels' second
         continuity correction (s − ½ and 2 sinh(λ/2) in place of λ).
-      iters: safeguarded Newton iterations (bisection fallback).
+      iters: maximum safeguarded Newton iterations (bisection fallback);
+        the loop stops early once every λ has converged.
+      slope: optional cheaper λ -> (K'(λ) − E[S], K''(λ)) for the Newton
+        iterations (default: from ``cgf``).
 
     Returns:
       float32[...] log p, clipped to ≤ 0.
@@ -240,18 +262,30 @@ def saddlepoint_log_sf(
     lo = jnp.full_like(d, lower)
     hi = jnp.full_like(d, upper)
 
-    def body(_, state):
-        lam, lo, hi = state
-        _, k1, k2, _ = cgf(lam)
+    if slope is None:
+        def slope(lam):
+            _, k1, k2, _ = cgf(lam)
+            return k1, k2
+
+    def body(state):
+        i, lam, lo, hi, _ = state
+        k1, k2 = slope(lam)
         f = k1 - d
         lo = jnp.where(f < 0, lam, lo)
         hi = jnp.where(f >= 0, lam, hi)
         newton = lam - f / jnp.maximum(k2, 1e-30)
-        ok = (newton > lo) & (newton < hi)
-        return jnp.where(ok, newton, 0.5 * (lo + hi)), lo, hi
+        ok = (newton >= lo) & (newton <= hi)  # inclusive: at the exact root newton == λ
+        new = jnp.where(ok, newton, 0.5 * (lo + hi))
+        # converged once the step changes w ≈ λ·sd by < 1e-6 (absolute + relative)
+        sd = jnp.sqrt(jnp.maximum(k2, 1e-30))
+        moved = jnp.abs(new - lam) * sd > 1e-6 * (1.0 + jnp.abs(lam) * sd)
+        return i + 1, new, lo, hi, jnp.any(moved)
 
-    lam0 = jnp.zeros_like(d)
-    lam, _, _ = jax.lax.fori_loop(0, iters, body, (lam0, lo, hi))
+    # start from the normal approximation λ ≈ d / Var: Newton then needs a few steps
+    _, k2_0 = slope(jnp.zeros_like(d))
+    lam0 = jnp.clip(d / jnp.maximum(k2_0, 1e-30), 0.5 * lo, 0.5 * hi)
+    state = (jnp.int32(0), lam0, lo, hi, jnp.bool_(True))
+    _, lam, _, _, _ = jax.lax.while_loop(lambda st: (st[0] < iters) & st[4], body, state)
     kc, k1, k2, k3 = cgf(lam)
     # Where λ was clipped at the bound, evaluate at the attained mean instead
     # of the requested one (only the far tail is affected).
@@ -263,7 +297,7 @@ def saddlepoint_log_sf(
     u = (2.0 * jnp.sinh(0.5 * lam) if lattice else lam) * sd
     # near the mean 1/u − 1/w is 0/0; its limit is −ρ3/6 (ρ3 the standardised
     # third cumulant), used where float32 cancellation would dominate
-    near = jnp.abs(w) < 1e-2
+    near = jnp.abs(w) < 0.05
     limit = -k3 / (6.0 * sd**3)
     safe_u = jnp.where(near, 1.0, u)
     safe_w = jnp.where(near, 1.0, w)

@@ -293,7 +293,8 @@ def _log_odds(params, config, gd, gt, u, mask, choose_draft, training: bool):
 
 def bayes_detector(config: BayesConfig, params) -> Detector:
     """Wraps a config and parameters as a saveable :class:`Detector`."""
-    cfg = base_config("synthid", config.context_width, **config.to_dict())
+    extra = config.to_dict()
+    cfg = base_config("synthid", extra.pop("context_width"), **extra)
     return Detector("bayes", cfg, jax.tree_util.tree_map(np.asarray, params))
 
 
