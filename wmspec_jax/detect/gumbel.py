@@ -66,10 +66,15 @@ def ars_terms(y: jax.Array) -> jax.Array:
 
 
 @jax.jit
-def _gamma_test(y, mask):
+def _sum_terms(y, mask):
     terms = jnp.where(mask, ars_terms(y), 0.0)
-    total = jnp.sum(terms, axis=1)
-    n = jnp.sum(mask, axis=1, dtype=jnp.int32)
+    return jnp.sum(terms, axis=1), jnp.sum(mask, axis=1, dtype=jnp.int32)
+
+
+def _gamma_test(y, mask):
+    # two jitted pieces: the [B, L] reduction and the [B] p-value, so a new text
+    # length does not recompile the (large) incomplete-gamma graph
+    total, n = _sum_terms(y, mask)
     log_p = pvalues.gamma_log_sf(n, total)
     return Scores(jnp.where(n > 0, total, jnp.nan), n, log_p, jnp.exp(log_p))
 
@@ -161,7 +166,8 @@ def score_oracle(stats: GumbelStats, source) -> Scores:
 def _log_p_grid(stats: GumbelStats, taus):
     def one(tau):
         y = jnp.where(stats.u < tau, stats.y_draft, stats.y_target)
-        return _gamma_test(y, stats.mask).log_pvalue
+        total, n = _sum_terms(y, stats.mask)
+        return pvalues.gamma_log_sf(n, total)
 
     return jax.lax.map(one, taus)  # [T, B]
 

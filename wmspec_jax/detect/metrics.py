@@ -59,20 +59,28 @@ def _fpr(fpr) -> float:
 
 @functools.partial(jax.jit, static_argnames=("fpr",))
 def _tpr_at_fpr(pos, neg, fpr: float):
+    """jnp version (float32, inside jitted training): same rule as :func:`tpr_at_fpr`."""
     k = int(np.floor(fpr * neg.shape[-1] + 1e-9))  # negatives allowed above the threshold
     threshold = -jnp.sort(-neg, axis=-1)[..., k]
     return jnp.mean(pos > threshold[..., None], axis=-1), threshold
 
 
+def _tpr_np(pos, neg, fpr: float):
+    """Host float64 version, vectorised over leading axes: (tpr[...], threshold[...])."""
+    k = int(np.floor(fpr * neg.shape[-1] + 1e-9))
+    threshold = -np.partition(-neg, k, axis=-1)[..., k]  # the (k+1)-th largest negative
+    return np.mean(pos > threshold[..., None], axis=-1), threshold
+
+
 def tpr_at_fpr(pos_scores, neg_scores, fpr: float = 0.01):
-    """TPR with the threshold set on negatives (see module doc).
+    """TPR with the threshold set on negatives (see module doc), in float64.
 
     Returns:
       (tpr, threshold) as floats; the empirical FPR is ≤ ``fpr``.
     """
     pos = _scores(pos_scores, "positive scores")
     neg = _scores(neg_scores, "negative scores")
-    tpr, thr = _tpr_at_fpr(jnp.asarray(pos, jnp.float32), jnp.asarray(neg, jnp.float32), _fpr(fpr))
+    tpr, thr = _tpr_np(pos, neg, _fpr(fpr))
     return float(tpr), float(thr)
 
 
@@ -128,25 +136,25 @@ def bootstrap_tpr_at_fpr(pos_scores, neg_scores, fpr: float, rng, *, num_resampl
     Positives and negatives are resampled independently (the threshold's
     own sampling error is part of the interval).
     """
-    pos = jnp.asarray(_scores(pos_scores, "positive scores"), jnp.float32)
-    neg = jnp.asarray(_scores(neg_scores, "negative scores"), jnp.float32)
+    pos = _scores(pos_scores, "positive scores")
+    neg = _scores(neg_scores, "negative scores")
     fpr, level = _fpr(fpr), _check_level(level)
     kp, kn = jax.random.split(rng)
-    pb = pos[_resample(kp, pos.size, num_resamples)]
-    nb = neg[_resample(kn, neg.size, num_resamples)]
-    tprs, _ = _tpr_at_fpr(pb, nb, fpr)
-    value, _ = _tpr_at_fpr(pos, neg, fpr)
-    return Estimate(float(value), *_percentile_interval(np.asarray(tprs), level))
+    pb = pos[np.asarray(_resample(kp, pos.size, num_resamples))]
+    nb = neg[np.asarray(_resample(kn, neg.size, num_resamples))]
+    tprs, _ = _tpr_np(pb, nb, fpr)
+    value, _ = _tpr_np(pos, neg, fpr)
+    return Estimate(float(value), *_percentile_interval(tprs, level))
 
 
 def bootstrap_tpr_at_alpha(log_pvalues, alpha: float, rng, *, num_resamples: int = 1000,
                            level: float = 0.95) -> Estimate:
     """TPR from calibrated p-values (p ≤ α) with a percentile bootstrap CI."""
-    lp = jnp.asarray(_scores(log_pvalues, "log p-values"), jnp.float32)
+    lp = _scores(log_pvalues, "log p-values")
     level = _check_level(level)
-    hit = (lp <= np.log(_fpr(alpha))).astype(jnp.float32)
-    rates = jnp.mean(hit[_resample(rng, hit.size, num_resamples)], axis=1)
-    return Estimate(float(jnp.mean(hit)), *_percentile_interval(np.asarray(rates), level))
+    hit = (lp <= np.log(_fpr(alpha))).astype(np.float64)
+    rates = np.mean(hit[np.asarray(_resample(rng, hit.size, num_resamples))], axis=1)
+    return Estimate(float(np.mean(hit)), *_percentile_interval(rates, level))
 
 
 def bootstrap_auc(pos_scores, neg_scores, rng, *, num_resamples: int = 500, level: float = 0.95) -> Estimate:

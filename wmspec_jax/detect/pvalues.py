@@ -154,6 +154,7 @@ def _gamma_log_sf_cf(a, x):
     return -a * _d_minus_log1p(d) + 0.5 * jnp.log(a) - 0.5 * _LOG_2PI - _stirling_remainder(a) + jnp.log(h)
 
 
+@jax.jit
 def gamma_log_sf(n, s) -> jax.Array:
     """log P(G ≥ s) for G ~ Gamma(n, 1): the Gumbel-max score's exact null.
 
@@ -177,6 +178,7 @@ def gamma_log_sf(n, s) -> jax.Array:
     return jnp.where(pos, jnp.minimum(out, 0.0), 0.0)
 
 
+@jax.jit
 def binomial_half_log_sf(k, num_trials) -> jax.Array:
     """log P(X ≥ k) for X ~ Binomial(N, 1/2): the SynthID mean score's null.
 
