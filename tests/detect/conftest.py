@@ -84,6 +84,17 @@ def gumbel_negs() -> list:
 
 
 @pytest.fixture(scope="session")
+def gumbel_basic() -> Run:
+    """The basic watermark (no speculation, TARGET stream)."""
+    return generate("basic", GUMBEL, GUMBEL_TEMPERATURE, GUMBEL_NEW, "gumbel-basic", 3)
+
+
+@pytest.fixture(scope="session")
+def synth_basic() -> Run:
+    return generate("basic", SYNTH, SYNTH_TEMPERATURE, SYNTH_NEW, "synth-basic", 4)
+
+
+@pytest.fixture(scope="session")
 def synth_pos() -> Run:
     return generate("pseudorandom", SYNTH, SYNTH_TEMPERATURE, SYNTH_NEW, "synth-pos", 2)
 

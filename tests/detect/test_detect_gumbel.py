@@ -169,6 +169,20 @@ def test_ars_prior_is_reproducible_given_its_key(negs, fitted):
     assert not np.array_equal(np.asarray(a.score), np.asarray(d.score))
 
 
+def test_single_stream_detects_the_basic_watermark(gumbel_basic, negs):
+    st, rec = gumbel_stats(gumbel_basic)
+    assert set(np.unique(rec.source[np.asarray(st.mask)])) == {det.streams.SOURCE_TARGET}
+    r = det.score_single(st)
+    tpr = float(np.mean(np.asarray(r.pvalue) <= ALPHA))
+    # the same texts' draft-stream statistic carries no watermark: calibrated, not detected
+    wrong_stream = det.gamma_test(st.y_draft, st.mask)
+    fpr = int(np.sum(np.asarray(wrong_stream.pvalue) <= ALPHA))
+    stats.assert_binomial_rate(fpr, c.BATCH, ALPHA, "draft stream of basic-watermark texts")
+    assert tpr > 0.5, tpr
+    # Ars-τ with τ = 0 is the single-stream detector
+    np.testing.assert_array_equal(np.asarray(det.score_ars_tau(st, 0.0).log_pvalue), np.asarray(r.log_pvalue))
+
+
 # ---------------------------------------------------------------------------
 # Detection power: Fig. 2 ordering and TPR vs length
 # ---------------------------------------------------------------------------

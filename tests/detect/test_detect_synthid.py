@@ -155,6 +155,26 @@ def test_save_load_round_trip(tmp_path, data, trained):
                                       np.asarray(det.score_bayes(loaded, ps, src).score))
 
 
+def test_single_stream_bayes_detects_the_basic_watermark(synth_basic, synth_neg):
+    sb, _ = synth_stats(synth_basic)
+    sn, _ = synth_stats(synth_neg)
+    half = c.BATCH // 2
+    cfg = det.BayesConfig(mode="single", num_layers=c.SYNTH_LAYERS)
+    train = det.make_dataset(c.split(sb, slice(0, 600)), c.split(sn, slice(0, 600)))
+    val = det.make_dataset(c.split(sb, slice(600, half)), c.split(sn, slice(600, half)))
+    detector, hist = det.train_bayes(cfg, train, val, TRAIN)
+    assert set(detector.params) == {"target"}
+    test_p, test_n = c.split(sb, slice(half, None)), c.split(sn, slice(half, None))
+    tpr_bayes, _ = metrics.tpr_at_fpr(np.asarray(det.score_bayes(detector, test_p).score),
+                                      np.asarray(det.score_bayes(detector, test_n).score), ALPHA)
+    mean_p = det.mean_test(test_p.g_target, test_p.mask)
+    tpr_mean = float(np.mean(np.asarray(mean_p.pvalue) <= ALPHA))
+    print(f"\nbasic SynthID(m=6), 48 tokens: TPR@1%FPR Bayes(single)={tpr_bayes:.3f} mean score={tpr_mean:.3f}")
+    assert tpr_bayes > 0.3 and tpr_mean > 0.1
+    # the Bayesian detector weighs layers and tokens: at least as powerful as the mean score
+    assert tpr_bayes >= tpr_mean - 0.05
+
+
 @pytest.fixture(scope="module")
 def test_flags(data, trained):
     """Per length and detector: positives flagged at the 1%-FPR threshold of the test negatives."""
