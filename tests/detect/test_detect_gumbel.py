@@ -77,6 +77,8 @@ def all_scores(st, src, fitted, rng_seed=0):
 def check_calibrated(p, what):
     p = np.asarray(p)
     assert p.size >= 5000
+    ci = metrics.clopper_pearson(int((p <= ALPHA).sum()), p.size)
+    print(f"\n{what}: FPR at 0.01 = {ci.value:.4f} [95% CI {ci.lower:.4f}, {ci.upper:.4f}] (n={p.size})", end="")
     stats.assert_binomial_rate(int((p <= ALPHA).sum()), p.size, ALPHA, f"{what}: FPR at alpha=0.01")
     stats.assert_uniform(p, f"{what}: p-values")
 

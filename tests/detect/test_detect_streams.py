@@ -95,7 +95,7 @@ def test_bad_inputs_give_clear_errors():
         det.gumbel_statistics(ok.astype(np.float32), "k")
     with pytest.raises(ValueError, match="outside the vocabulary"):
         det.gumbel_statistics(ok, "k", vocab_size=6)
-    with pytest.raises(ValueError, match="negative token ids"):
+    with pytest.raises(ValueError, match="negative"):
         det.gumbel_statistics(-ok, "k")
     det.gumbel_statistics(np.array([[1, 2, 3, -1]]), "k", lengths=[3])  # padding is never read
     with pytest.raises(ValueError, match="starts"):

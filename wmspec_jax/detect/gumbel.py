@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import prf
-from wmspec_jax.detect import pvalues
+from wmspec_jax.detect import metrics, pvalues
 from wmspec_jax.detect.common import Detector, Scores, base_config, check_unit
 from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, check_source
 
@@ -204,8 +204,6 @@ def fit_ars_tau(
       ``Detector(kind="ars_tau")`` with config ``tau``, ``target_fpr``,
       ``calibration`` and params ``taus``, ``train_tpr`` (the curve).
     """
-    from wmspec_jax.detect import metrics  # local: metrics imports nothing from here
-
     positives = _check_stats(positives)
     fpr = check_unit(target_fpr, "target FPR", open_interval=True)
     grid = np.asarray(TAU_GRID if taus is None else taus, np.float32)
@@ -217,7 +215,7 @@ def fit_ars_tau(
         calibration = "exact-null"
     else:
         lpn = np.asarray(_log_p_grid(_check_stats(negatives), jnp.asarray(grid)))
-        tpr = np.array([float(metrics.tpr_at_fpr(-lp[i], -lpn[i], fpr)[0]) for i in range(grid.size)])
+        tpr, _ = metrics._tpr_np(-lp.astype(np.float64), -lpn.astype(np.float64), fpr)  # per τ
         calibration = "negatives"
     median_strength = np.median(-lp, axis=1)
     order = np.lexsort((grid, -median_strength, -tpr))  # primary: TPR, then strength, then small τ

@@ -170,7 +170,7 @@ def check_texts(tokens, lengths=None, starts=None, *, context_width: int = prf.D
     outside = ((tok < 0) | (tok >= hi)) & valid
     if outside.any():
         rows = np.flatnonzero(outside.any(axis=1))
-        what = "negative token ids" if vocab_size is None else f"token ids outside the vocabulary [0, {vocab_size})"
+        what = "negative (or > int32) token ids" if vocab_size is None else f"token ids outside the vocabulary [0, {vocab_size})"
         raise ValueError(f"{what} in rows {rows[:10].tolist()} (e.g. {tok[outside][:5].tolist()})")
     return tok.astype(np.int32), lens.astype(np.int32), st.astype(np.int32)
 

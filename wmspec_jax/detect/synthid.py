@@ -63,7 +63,7 @@ from wmspec_jax import prf
 from wmspec_jax.detect import pvalues
 from wmspec_jax.detect.common import Detector, Scores, base_config, check_unit
 from wmspec_jax.detect.metrics import _tpr_at_fpr
-from wmspec_jax.detect.streams import SOURCE_DRAFT, SynthIDStats, check_source
+from wmspec_jax.detect.streams import SOURCE_DRAFT, SynthIDStats, check_source, concat, concat_source
 
 MODES = ("single", "prior", "mlp", "oracle")
 
@@ -388,8 +388,6 @@ def make_dataset(positives: SynthIDStats, negatives: SynthIDStats, *, positives_
     the Oracle mode only; give negatives without records a
     :func:`.streams.pseudo_source`.
     """
-    from wmspec_jax.detect.streams import concat, concat_source
-
     positives, negatives = _check_stats(positives), _check_stats(negatives)
     if positives.g_target.shape[-1] != negatives.g_target.shape[-1]:
         raise ValueError("positives and negatives have different numbers of layers m")
