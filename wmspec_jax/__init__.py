@@ -11,7 +11,7 @@ Modules (one idea each):
   lm, toy      the language-model protocol and an exact toy Markov pair
 """
 
-from wmspec_jax import context, decoders, lm, prf, theory, toy, validation
+from wmspec_jax import context, decoders, lm, prf, theory, toy, tradeoff, validation
 from wmspec_jax.decoders import (
     WatermarkDecoder,
     gumbel_max,

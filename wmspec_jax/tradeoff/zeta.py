@@ -1,0 +1,222 @@
+"""The decoders of the trade-off study and the ζ they are integrated over.
+
+In the trade-off curves ζ is an integration variable. It is drawn with the
+package's own counter-based PRF (:mod:`wmspec_jax.prf`, ``wmspec-prf-v1``)
+rather than ``jax.random``: sample i's ζ is the PRF's value at the context
+(i,) under stream keys derived from the run's seed (:func:`run_keys`). So
+
+* ζ is a pure function of (seed, i): the estimate does not depend on the
+  chunk size, the block size or the number of devices (bit for bit);
+* the g-values and uniforms are exactly the kind generation uses (same lanes,
+  24-bit uniforms in (0, 1), 32 g-layers per hash);
+* it compiles in a fraction of a second (threefry2x32 took 2-5 s per chunk
+  function on the 2-core CPU this was written on).
+
+Streams: ``DRAFT`` holds the ζ shared by draft and target, ``TARGET`` the
+independent ξ of Google's residual (and ζ^T of Alg. 1), ``ACCEPT`` the
+acceptance uniforms of Alg. 1.
+
+Decoders (same math as :mod:`wmspec_jax.decoders`, batched over samples):
+
+* ``Decoder(GUMBEL)`` — Gumbel-max, Eq. (2); ζ = V uniforms in (0, 1).
+* ``Decoder(SYNTHID, m)`` — SynthID tournament with m layers, Eq. (3)-(4);
+  ζ = m·V Bernoulli(1/2) g-values, packed 32 layers per uint32 word and
+  unpacked one layer at a time (memory O(V) per sample, not O(m·V)).
+* ``Decoder(SYNTHID_LIMIT, m)`` — SynthID m = ∞ as App. C.1 approximates it:
+  m layers, then the one-hot of the most likely token (a degenerate decoder,
+  unbiased up to the finite-m approximation).
+
+Draft and target that "share ζ" use the same draw; Google's residual uses an
+independent draw ξ of the same decoder (App. C.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wmspec_jax import decoders as _decoders
+from wmspec_jax import prf
+
+GUMBEL = "gumbel"
+SYNTHID = "synthid"
+SYNTHID_LIMIT = "synthid_limit"
+KINDS = (GUMBEL, SYNTHID, SYNTHID_LIMIT)
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoder:
+    """Static description of an unbiased decoder S(P, ζ) used in a trade-off class.
+
+    Attributes:
+      kind: ``"gumbel"``, ``"synthid"`` (finite m) or ``"synthid_limit"``
+        (m = ∞, App. C.1's approximation).
+      num_layers: tournament layers m (SynthID kinds only; for
+        ``synthid_limit`` the layers applied before the one-hot).
+    """
+
+    kind: str = GUMBEL
+    num_layers: int = 30
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"decoder kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind != GUMBEL and (
+            not isinstance(self.num_layers, int) or isinstance(self.num_layers, bool) or self.num_layers < 1
+        ):
+            raise ValueError(f"SynthID needs an integer num_layers >= 1, got {self.num_layers!r}")
+        if self.kind == GUMBEL:
+            # Canonical form, so equal decoders hash equally (the MC caches key on it).
+            object.__setattr__(self, "num_layers", 0)
+
+    @property
+    def degenerate(self) -> bool:
+        """True when S(P, ζ) is a point mass for every ζ (Thm 3.2's equality case)."""
+        return self.kind in (GUMBEL, SYNTHID_LIMIT)
+
+    @property
+    def name(self) -> str:
+        """Short identifier for file names and JSON keys."""
+        if self.kind == GUMBEL:
+            return "gumbel"
+        if self.kind == SYNTHID:
+            return f"synthid_m{self.num_layers}"
+        return f"synthid_inf_m{self.num_layers}"
+
+    @property
+    def label(self) -> str:
+        """Human-readable label for plots."""
+        if self.kind == GUMBEL:
+            return "Gumbel-max"
+        if self.kind == SYNTHID:
+            return f"SynthID (m={self.num_layers})"
+        return "SynthID (m=∞)"
+
+
+def gumbel() -> Decoder:
+    return Decoder(GUMBEL)
+
+
+def synthid(num_layers: int = 30) -> Decoder:
+    return Decoder(SYNTHID, num_layers)
+
+
+def synthid_limit(num_layers: int = 30) -> Decoder:
+    return Decoder(SYNTHID_LIMIT, num_layers)
+
+
+def _num_words(num_layers: int) -> int:
+    return -(-num_layers // 32)
+
+
+def run_keys(seed) -> np.ndarray:
+    """Stream key words uint32[3, 2] (DRAFT, TARGET, ACCEPT) of a Monte Carlo run.
+
+    Args:
+      seed: a non-negative int (or an existing uint32[3, 2] array, returned as is).
+    """
+    if isinstance(seed, (np.ndarray, jax.Array)) and np.shape(seed) == (prf.NUM_STREAMS, 2):
+        return np.asarray(seed, np.uint32)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    return prf.stream_keys(f"wmspec_jax.tradeoff/monte-carlo/{int(seed)}")
+
+
+def seeds(stream_key: jax.Array, index: jax.Array) -> jax.Array:
+    """PRF position seeds uint32[n, 2] of samples ``index`` (uint32[n]) in one stream."""
+    return prf.context_seeds(stream_key, jnp.asarray(index, jnp.uint32)[:, None])
+
+
+def draw(decoder: Decoder, stream_key: jax.Array, index: jax.Array, vocab_size: int) -> jax.Array:
+    """ζ of the samples ``index`` in one stream.
+
+    Args:
+      stream_key: uint32[2], one row of :func:`run_keys`.
+      index: uint32[n] global sample indices.
+
+    Returns:
+      Gumbel: float32[n, V] uniforms in (0, 1) (:func:`wmspec_jax.prf.vocab_uniforms`).
+      SynthID kinds: uint32[n, V, W] packed g-values, bit (l mod 32) of word l // 32 is
+      g_{l, w}; W = ceil(m / 32) (the layout of :func:`wmspec_jax.prf.token_gbits`).
+    """
+    s = seeds(stream_key, index)
+    if decoder.kind == GUMBEL:
+        return prf.vocab_uniforms(s, vocab_size)
+    tokens = jnp.arange(vocab_size, dtype=jnp.uint32)
+    words = [prf.hash_values(s[:, None, :], tokens, int(prf.Lane.GBITS) + b) for b in range(_num_words(decoder.num_layers))]
+    return jnp.stack(words, axis=-1)
+
+
+def _tournament(probs: jax.Array, words: jax.Array, num_layers: int) -> jax.Array:
+    """T_{g_m} ∘ ... ∘ T_{g_1}(P), Eq. (3), unpacking one layer of g per step.
+
+    Args:
+      probs: float[..., V] (broadcast against the samples).
+      words: uint32[n, V, W] packed g-values.
+    """
+    p = jnp.broadcast_to(jnp.asarray(probs, jnp.float32), words.shape[:-1])
+
+    def body(layer, p):
+        word = jax.lax.dynamic_index_in_dim(words, layer // 32, axis=-1, keepdims=False)
+        g = ((word >> (layer % 32).astype(jnp.uint32)) & jnp.uint32(1)).astype(jnp.float32)
+        return _decoders.tournament_layer(p, g)
+
+    return jax.lax.fori_loop(0, num_layers, body, p)
+
+
+def unpack_gvalues(words: jax.Array, num_layers: int) -> jax.Array:
+    """float32[..., m, V] g-values (layer 0 first) from uint32[..., V, W] words —
+    the layout :func:`wmspec_jax.decoders.synthid` takes."""
+    layers = jnp.arange(num_layers)
+    w = jnp.take(words, layers // 32, axis=-1)  # [..., V, m]
+    g = (w >> (layers % 32).astype(jnp.uint32)) & jnp.uint32(1)
+    return jnp.swapaxes(g, -1, -2).astype(jnp.float32)
+
+
+def decode(decoder: Decoder, probs: jax.Array, zeta: jax.Array) -> jax.Array:
+    """S(P, ζ) for a batch of ζ: float32[n, V].
+
+    Args:
+      probs: float[V] (or float[n, V]) a distribution; zero entries stay zero.
+      zeta: a batch from :func:`draw`.
+    """
+    p = jnp.asarray(probs, jnp.float32)
+    if decoder.kind == SYNTHID:
+        return _tournament(p, zeta, decoder.num_layers)
+    v = p.shape[-1]
+    return jax.nn.one_hot(token(decoder, p, zeta), v, dtype=jnp.float32)
+
+
+def token(decoder: Decoder, probs: jax.Array, zeta: jax.Array) -> jax.Array:
+    """The token of a degenerate decoder: int32[n] with S(P, ζ) = δ_token.
+
+    Raises:
+      ValueError: for finite-m SynthID (not degenerate).
+    """
+    p = jnp.asarray(probs, jnp.float32)
+    if decoder.kind == GUMBEL:
+        return _decoders.gumbel_max_token(jnp.log(p), zeta)
+    if decoder.kind == SYNTHID_LIMIT:
+        return jnp.argmax(_tournament(p, zeta, decoder.num_layers), axis=-1).astype(jnp.int32)
+    raise ValueError(f"{decoder.label} is not degenerate; it has no single output token")
+
+
+__all__ = [
+    "GUMBEL",
+    "SYNTHID",
+    "SYNTHID_LIMIT",
+    "Decoder",
+    "run_keys",
+    "seeds",
+    "gumbel",
+    "synthid",
+    "synthid_limit",
+    "draw",
+    "decode",
+    "token",
+    "unpack_gvalues",
+]
