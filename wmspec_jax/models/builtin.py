@@ -17,7 +17,7 @@ import os
 
 import jax.numpy as jnp
 
-from wmspec_jax.models import gguf_loader
+from wmspec_jax.models import draft, gguf_loader
 from wmspec_jax.models.hf import Checkpoint, CheckpointError
 from wmspec_jax.models.tokenizer import tokenizer_from_gguf
 
@@ -78,3 +78,28 @@ def chat_prompt(question: str, system: str | None = None) -> str:
 def encode_chat(question: str, system: str | None = None) -> list[int]:
     """Token ids of :func:`chat_prompt` (the template already holds the special tokens)."""
     return builtin_tokenizer().encode(chat_prompt(question, system), add_special_tokens=False)
+
+
+def draft_asset_path() -> str:
+    """Path of the shipped draft adapters (``wmspec_jax/assets/smollm2_draft.npz``)."""
+    return str(importlib.resources.files("wmspec_jax").joinpath("assets", draft.DEFAULT_ASSET))
+
+
+def load_draft(target: Checkpoint | None = None, adapters_path: str | None = None) -> Checkpoint:
+    """The built-in draft: kept target layers with the shipped adapters merged in.
+
+    Shares the target's tokenizer, embedding and LM head; ``adapters_path``
+    overrides the shipped asset (e.g. a freshly distilled one).
+    """
+    target = target or load_target()
+    layers, adapters, meta = draft.load_adapters(adapters_path or draft_asset_path())
+    if meta.get("target") not in (None, TARGET_NAME):
+        raise CheckpointError(
+            f"draft adapters were trained for {meta.get('target')!r}, not {TARGET_NAME!r}")
+    return draft.make_draft(target, layers, adapters, name=f"{TARGET_NAME}-draft")
+
+
+def load_builtin_pair(dtype=jnp.float32) -> tuple[Checkpoint, Checkpoint]:
+    """(target, draft) of the built-in pair; both share one vocabulary."""
+    target = load_target(dtype)
+    return target, load_draft(target)

@@ -36,19 +36,21 @@ def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.
          tokens: jax.Array, num_new: jax.Array) -> tuple[jax.Array, cache_lib.KVCache]:
     """Appends ``tokens[b, :num_new[b]]`` to row b; returns float32[B, T, V] logits.
 
-    Row b's token i goes to position/slot ``lengths[b] + i`` for every i < T;
-    entries ``i >= num_new[b]`` are computed on whatever tokens are there
-    (finite, meaningless) and their slots lie past the new length, so the next
-    call overwrites them. ``num_new`` is clipped to [0, T].
+    Row b's token i < num_new[b] goes to position/slot ``lengths[b] + i``.
+    Entries ``i >= num_new[b]`` are computed on whatever tokens are there
+    (finite, meaningless) and are not written, so a row with ``num_new = 0``
+    leaves its cache untouched. ``num_new`` is clipped to [0, T].
     """
     tokens = jnp.asarray(tokens)
     num_new = jnp.asarray(num_new)
     _check_step_inputs(cache, tokens, num_new)
     t = tokens.shape[1]
     positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
-    new_lengths = cache.lengths + jnp.clip(num_new.astype(jnp.int32), 0, t)
+    num_new = jnp.clip(num_new.astype(jnp.int32), 0, t)
+    write = jnp.arange(t, dtype=jnp.int32)[None, :] < num_new[:, None]
     h, cache = transformer.hidden_states(
-        config, params, tokens.astype(jnp.int32), positions, cache, new_lengths)
+        config, params, tokens.astype(jnp.int32), positions, cache,
+        cache.lengths + num_new, write)
     logits = (head or functools.partial(transformer.lm_logits, config))(params, h)
     return logits, cache
 

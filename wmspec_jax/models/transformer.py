@@ -56,8 +56,12 @@ def _mlp(h: jax.Array, lp: Params, config: TransformerConfig) -> jax.Array:
     return (act * (h @ lp["w_up"])) @ lp["w_down"]
 
 
-def _attention(h, lp, layer, k_cache, v_cache, positions, config, inv_freq):
-    """One attention block; writes this call's keys/values into layer ``layer``."""
+def _attention(h, lp, layer, k_cache, v_cache, positions, slots_out, config, inv_freq):
+    """One attention block; writes this call's keys/values into layer ``layer``.
+
+    ``slots_out`` int32[B, T] are the cache slots written (out-of-range slots
+    are dropped, which is how unwritten tokens are skipped).
+    """
     b, t, _ = h.shape
     nh, nkv, dh = config.num_heads, config.num_kv_heads, config.head_dim
     q = rope((h @ lp["wq"]).reshape(b, t, nh, dh), positions, inv_freq)
@@ -67,8 +71,8 @@ def _attention(h, lp, layer, k_cache, v_cache, positions, config, inv_freq):
     rows = jnp.arange(b)[:, None]
     # Scatter (not dynamic_update_slice): rows write at different offsets and
     # out-of-range garbage slots are dropped instead of clamped.
-    k_cache = k_cache.at[layer, rows, positions].set(k.astype(k_cache.dtype), mode="drop")
-    v_cache = v_cache.at[layer, rows, positions].set(v.astype(v_cache.dtype), mode="drop")
+    k_cache = k_cache.at[layer, rows, slots_out].set(k.astype(k_cache.dtype), mode="drop")
+    v_cache = v_cache.at[layer, rows, slots_out].set(v.astype(v_cache.dtype), mode="drop")
     keys, values = k_cache[layer], v_cache[layer]  # [B, S, Hkv, Dh]
 
     qg = q.reshape(b, t, nkv, config.q_per_kv, dh)
@@ -83,8 +87,8 @@ def _attention(h, lp, layer, k_cache, v_cache, positions, config, inv_freq):
 
 
 def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
-                  positions: jax.Array, cache: KVCache, lengths: jax.Array
-                  ) -> tuple[jax.Array, KVCache]:
+                  positions: jax.Array, cache: KVCache, lengths: jax.Array,
+                  write_mask: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
     """Runs the decoder stack and the final norm.
 
     Args:
@@ -94,6 +98,9 @@ def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
         ``0..p`` of its row.
       cache: KVCache with L = config.num_layers.
       lengths: int32[B] per-row valid lengths stored in the returned cache.
+      write_mask: optional bool[B, T]; tokens where it is False are computed
+        (their outputs are meaningless) but not written to the cache, so the
+        cache changes only at the slots of real tokens.
 
     Returns:
       (hidden dtype[B, T, D] after the final norm, updated cache).
@@ -104,13 +111,16 @@ def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
         # HF rounds sqrt(D) to the params dtype before multiplying.
         x = x * jnp.asarray(config.hidden_size ** 0.5, dtype)
     inv_freq = jnp.asarray(config.rope_inv_freq())
+    slots_out = positions
+    if write_mask is not None:
+        slots_out = jnp.where(write_mask, positions, cache.capacity)  # dropped by the scatter
 
     def layer_fn(carry, inputs):
         x, k_cache, v_cache = carry
         lp, layer = inputs
         attn, k_cache, v_cache = _attention(
             rms_norm(x, lp["attn_norm"], config), lp, layer, k_cache, v_cache,
-            positions, config, inv_freq)
+            positions, slots_out, config, inv_freq)
         x = x + attn.astype(dtype)
         x = x + _mlp(rms_norm(x, lp["mlp_norm"], config), lp, config).astype(dtype)
         return (x, k_cache, v_cache), None
@@ -132,14 +142,14 @@ def lm_logits(config: TransformerConfig, params: Params, h: jax.Array) -> jax.Ar
 
 
 def forward(config: TransformerConfig, params: Params, tokens: jax.Array,
-            positions: jax.Array, cache: KVCache, lengths: jax.Array
-            ) -> tuple[jax.Array, KVCache]:
+            positions: jax.Array, cache: KVCache, lengths: jax.Array,
+            write_mask: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
     """Logits for every input position; see :func:`hidden_states` for the args.
 
     Returns (float32[B, T, V] logits, updated cache). Pure: when the logits
     are unused (prefill) XLA drops the output projection under ``jit``.
     """
-    h, cache = hidden_states(config, params, tokens, positions, cache, lengths)
+    h, cache = hidden_states(config, params, tokens, positions, cache, lengths, write_mask)
     return lm_logits(config, params, h), cache
 
 
