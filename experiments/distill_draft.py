@@ -56,7 +56,7 @@ flags.DEFINE_string("out", os.path.join(os.path.dirname(os.path.abspath(__file__
                                         "wmspec_jax", "assets", draft.DEFAULT_ASSET),
                     "where train writes the final adapters")
 flags.DEFINE_string("adapters", "", "eval: adapter file ('' = --out, 'none' = plain truncation)")
-flags.DEFINE_list("layers", ["0", "1", "2", "3", "29"], "target layers kept by the draft")
+flags.DEFINE_list("layers", ["0", "1", "2", "3", "4", "5"], "target layers kept by the draft")
 flags.DEFINE_integer("rank", 16, "LoRA rank")
 flags.DEFINE_integer("prompt_len", 96, "prompts are left-aligned in this many slots")
 flags.DEFINE_integer("new_tokens", 96, "continuation length sampled from the target")
@@ -64,11 +64,11 @@ flags.DEFINE_integer("sample_batch", 32, "rows per sampling chunk")
 flags.DEFINE_integer("top_k", 64, "teacher log-probs kept per position")
 flags.DEFINE_list("temperatures", ["0.7", "1.0"], "sampling / evaluation temperatures")
 flags.DEFINE_integer("repeats", 2, "sample: passes over the train prompts (new seeds)")
-flags.DEFINE_integer("steps", 600, "train: optimiser steps")
+flags.DEFINE_integer("steps", 300, "train: optimiser steps")
 flags.DEFINE_integer("batch", 8, "train: sequences per step")
 flags.DEFINE_float("lr", 2e-3, "train: peak learning rate")
 flags.DEFINE_integer("save_every", 50, "train: checkpoint period (steps)")
-flags.DEFINE_integer("eval_prompts", 96, "eval: held-out prompts per temperature")
+flags.DEFINE_integer("eval_prompts", 64, "eval: held-out prompts per temperature")
 flags.DEFINE_string("eval_json", "", "eval: write the report here as JSON")
 flags.DEFINE_integer("seed", 0, "random seed")
 
@@ -265,6 +265,15 @@ def mode_train():
     rng = np.random.default_rng(FLAGS.seed + start)
     t0, hist = time.time(), []
     for step in range(start, FLAGS.steps):
+        if step % FLAGS.save_every == 0 and step > start:
+            # Pick up chunks that a concurrent --mode=sample has written since.
+            new_paths = sorted(glob.glob(os.path.join(FLAGS.workdir, "train_T*.npz")))
+            if len(new_paths) > len(paths):
+                paths = new_paths
+                data = load_chunks(paths)
+                seq, pred_pos = full_sequences(data)
+                n = len(seq)
+                log(f"now {n} sequences from {len(paths)} chunks")
         rows = rng.choice(n, FLAGS.batch, replace=False)
         batch = (jnp.asarray(seq[rows]), jnp.asarray(pred_pos[rows]),
                  jnp.asarray(data["vals"][rows]), jnp.asarray(data["idx"][rows]),
