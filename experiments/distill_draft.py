@@ -10,6 +10,7 @@ Stages (``--mode``), each resumable and writing atomically under ``--workdir``:
   (forward KL + total variation at T = 1 and T = 0.7); checkpoints every
   ``--save_every`` steps and resumes from the last one; finally writes the
   adapters to ``--out`` (the shipped asset).
+* ``export``: writes the adapters of the last training checkpoint to ``--out``.
 * ``eval``: on held-out *eval* prompts, samples target continuations at each
   temperature and reports the mean per-position acceptance
   alpha = E[1 - TV(Q_T, P_T)], the implied AATPS (1 - alpha^(K+1)) / (1 - alpha)
@@ -50,7 +51,7 @@ from wmspec_jax.models import builtin, corpus, draft, transformer  # noqa: E402
 from wmspec_jax.models.cache import init_cache  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("mode", "eval", ["sample", "train", "eval"], "stage to run")
+flags.DEFINE_enum("mode", "eval", ["sample", "train", "export", "eval"], "stage to run")
 flags.DEFINE_string("workdir", "/tmp/wmspec_draft", "samples, checkpoints and logs")
 flags.DEFINE_string("out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                         "wmspec_jax", "assets", draft.DEFAULT_ASSET),
@@ -223,6 +224,40 @@ def distill_loss(adapters, target_params, layers, cfg, batch):
                   "alpha07": 1 - (tv07 * w).sum() / denom}
 
 
+def restore_state(target, layers):
+    """(adapters, optimiser, optimiser state, step) from the last checkpoint, or fresh."""
+    warmup = min(30, FLAGS.steps // 10)
+    sched = optax.warmup_cosine_decay_schedule(0.0, FLAGS.lr, warmup, FLAGS.steps, FLAGS.lr * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
+    adapters = draft.init_adapters(target.params, layers, FLAGS.rank, jax.random.PRNGKey(FLAGS.seed))
+    opt_state = opt.init(adapters)
+    ckpt_path = os.path.join(FLAGS.workdir, "train_state.npz")
+    if not os.path.exists(ckpt_path):
+        return adapters, opt, opt_state, 0
+    with np.load(ckpt_path, allow_pickle=False) as z:
+        leaves, treedef = jax.tree_util.tree_flatten((adapters, opt_state))
+        leaves = [jnp.asarray(z[f"l{i}"], l.dtype) for i, l in enumerate(leaves)]
+        adapters, opt_state = jax.tree_util.tree_unflatten(treedef, leaves)
+        return adapters, opt, opt_state, int(z["step"])
+
+
+def write_asset(layers, adapters, step):
+    draft.save_adapters(FLAGS.out, layers, adapters,
+                        meta={"target": builtin.TARGET_NAME, "rank": FLAGS.rank,
+                              "steps": int(step), "gguf": builtin.GGUF_FILE})
+    log(f"wrote {FLAGS.out} ({os.path.getsize(FLAGS.out) / 1e6:.2f} MB)")
+
+
+def mode_export():
+    """Writes the adapters of the last training checkpoint to --out."""
+    target = builtin.load_target()
+    layers = [int(i) for i in FLAGS.layers]
+    adapters, _, _, step = restore_state(target, layers)
+    if not step:
+        raise SystemExit(f"no training checkpoint in {FLAGS.workdir}")
+    write_asset(layers, adapters, step)
+
+
 def mode_train():
     target = builtin.load_target()
     layers = [int(i) for i in FLAGS.layers]
@@ -235,19 +270,9 @@ def mode_train():
     n = len(seq)
     log(f"{n} sequences, {int(data['valid'].sum())} target tokens from {len(paths)} chunks")
 
-    warmup = min(30, FLAGS.steps // 10)
-    sched = optax.warmup_cosine_decay_schedule(0.0, FLAGS.lr, warmup, FLAGS.steps, FLAGS.lr * 0.05)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
+    adapters, opt, opt_state, start = restore_state(target, layers)
     ckpt_path = os.path.join(FLAGS.workdir, "train_state.npz")
-    adapters = draft.init_adapters(target.params, layers, FLAGS.rank, jax.random.PRNGKey(FLAGS.seed))
-    opt_state = opt.init(adapters)
-    start = 0
-    if os.path.exists(ckpt_path):
-        with np.load(ckpt_path, allow_pickle=False) as z:
-            leaves, treedef = jax.tree_util.tree_flatten((adapters, opt_state))
-            leaves = [jnp.asarray(z[f"l{i}"], l.dtype) for i, l in enumerate(leaves)]
-            adapters, opt_state = jax.tree_util.tree_unflatten(treedef, leaves)
-            start = int(z["step"])
+    if start:
         log(f"resumed from step {start}")
 
     @jax.jit
@@ -286,10 +311,7 @@ def mode_train():
                 f"T=0.7 {h[2]:.3f} ({(time.time() - t0) / len(hist):.2f}s/step)")
         if (step + 1) % FLAGS.save_every == 0 or step + 1 == FLAGS.steps:
             save(step + 1)
-    draft.save_adapters(FLAGS.out, layers, adapters,
-                        meta={"target": builtin.TARGET_NAME, "rank": FLAGS.rank,
-                              "steps": FLAGS.steps, "gguf": builtin.GGUF_FILE})
-    log(f"wrote {FLAGS.out} ({os.path.getsize(FLAGS.out) / 1e6:.2f} MB)")
+    write_asset(layers, adapters, FLAGS.steps)
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -377,7 +399,8 @@ def mode_eval():
 def main(argv):
     del argv
     os.makedirs(os.path.join(FLAGS.workdir, "eval"), exist_ok=True)
-    {"sample": mode_sample, "train": mode_train, "eval": mode_eval}[FLAGS.mode]()
+    {"sample": mode_sample, "train": mode_train, "export": mode_export,
+     "eval": mode_eval}[FLAGS.mode]()
 
 
 if __name__ == "__main__":

@@ -119,6 +119,7 @@ def save_adapters(path: str | os.PathLike, layers, adapters: dict, meta: dict | 
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez_compressed(f, **flat)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the asset ships in the package
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -242,7 +242,7 @@ def load_pair(target_dir: str | os.PathLike, draft_dir: str | os.PathLike,
     return target, draft
 
 
-def to_device(params, dtype=None):
+def cast_params(params, dtype=None):
     """Casts a params pytree (e.g. to bfloat16) without changing its structure."""
     if dtype is None:
         return params
