@@ -2,6 +2,7 @@ r"""Prefill and per-token decode time of the built-in target and draft.
 
 Each measurement is a jitted call timed with ``block_until_ready``; the first
 (compiling) call is excluded and the median over ``--repeats`` is reported.
+Target and draft calls are interleaved so both see the same background load.
 Prefill runs ``step`` over a ``--prompt_len`` prompt with the logits dropped
 (as the speculative loop does, so XLA removes the LM head); decode is one
 ``step`` with T = 1 at a context of ``--context`` tokens.
@@ -35,30 +36,36 @@ flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "params dtype")
 flags.DEFINE_string("json", "", "write the results here")
 
 
-def median_time(fn, *args) -> float:
-    jax.block_until_ready(fn(*args))  # compile + warm-up, not timed
-    times = []
+def median_times(calls) -> list[float]:
+    """Median seconds of each (fn, args) in ``calls``; repeats are interleaved.
+
+    Interleaving the models (target, draft, target, ...) exposes both to the
+    same background load, which keeps their ratio meaningful on a shared machine.
+    """
+    for fn, args in calls:
+        jax.block_until_ready(fn(*args))  # compile + warm-up, not timed
+    times = [[] for _ in calls]
     for _ in range(FLAGS.repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+        for i, (fn, args) in enumerate(calls):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn(*args))
+            times[i].append(time.perf_counter() - t0)
+    return [float(np.median(t)) for t in times]
 
 
-def bench(ckpt, batch: int) -> dict:
+def calls_for(ckpt, batch: int):
+    """(prefill, decode) jitted calls with their arguments."""
     lm = ckpt.language_model()
     capacity = max(FLAGS.prompt_len, FLAGS.context) + 8
     prefill = jax.jit(lambda p, c, t, n: lm.step(p, c, t, n)[1])
     decode = jax.jit(lm.step)
-    tokens = jnp.ones((batch, FLAGS.prompt_len), jnp.int32)
     cache = lm.init_cache(batch, capacity)
-    t_prefill = median_time(prefill, ckpt.params, cache, tokens,
-                            jnp.full((batch,), FLAGS.prompt_len, jnp.int32))
+    prefill_args = (ckpt.params, cache, jnp.ones((batch, FLAGS.prompt_len), jnp.int32),
+                    jnp.full((batch,), FLAGS.prompt_len, jnp.int32))
     cache = lm.rewind(cache, jnp.full((batch,), FLAGS.context, jnp.int32))
-    t_decode = median_time(decode, ckpt.params, cache, jnp.ones((batch, 1), jnp.int32),
-                           jnp.ones((batch,), jnp.int32))
-    return {"prefill_ms": 1e3 * t_prefill, "decode_ms_per_step": 1e3 * t_decode,
-            "decode_ms_per_token": 1e3 * t_decode / batch}
+    decode_args = (ckpt.params, cache, jnp.ones((batch, 1), jnp.int32),
+                   jnp.ones((batch,), jnp.int32))
+    return (prefill, prefill_args), (decode, decode_args)
 
 
 def main(argv):
@@ -70,18 +77,19 @@ def main(argv):
                "rows": []}
     print(f"{'model':8} {'batch':>5} {'prefill ms':>11} {'decode ms/step':>15} {'ms/token':>9}")
     for b in map(int, FLAGS.batch_sizes):
+        (tp, tpa), (td, tda) = calls_for(target, b)
+        (dp, dpa), (dd, dda) = calls_for(drafted, b)
+        t_pre, d_pre = median_times([(tp, tpa), (dp, dpa)])
+        t_dec, d_dec = median_times([(td, tda), (dd, dda)])
         row = {"batch": b}
-        for name, ckpt in (("target", target), ("draft", drafted)):
-            r = bench(ckpt, b)
-            row[name] = r
-            print(f"{name:8} {b:5d} {r['prefill_ms']:11.2f} {r['decode_ms_per_step']:15.2f} "
-                  f"{r['decode_ms_per_token']:9.3f}", flush=True)
-        row["draft_over_target_decode"] = (row["draft"]["decode_ms_per_step"]
-                                           / row["target"]["decode_ms_per_step"])
-        row["draft_over_target_prefill"] = (row["draft"]["prefill_ms"]
-                                            / row["target"]["prefill_ms"])
-        print(f"{'ratio':8} {b:5d} {row['draft_over_target_prefill']:11.3f} "
-              f"{row['draft_over_target_decode']:15.3f}", flush=True)
+        for name, pre, dec in (("target", t_pre, t_dec), ("draft", d_pre, d_dec)):
+            row[name] = {"prefill_ms": 1e3 * pre, "decode_ms_per_step": 1e3 * dec,
+                         "decode_ms_per_token": 1e3 * dec / b}
+            print(f"{name:8} {b:5d} {1e3 * pre:11.2f} {1e3 * dec:15.2f} {1e3 * dec / b:9.3f}",
+                  flush=True)
+        row["draft_over_target_decode"] = d_dec / t_dec
+        row["draft_over_target_prefill"] = d_pre / t_pre
+        print(f"{'ratio':8} {b:5d} {d_pre / t_pre:11.3f} {d_dec / t_dec:15.3f}", flush=True)
         results["rows"].append(row)
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:
