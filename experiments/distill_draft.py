@@ -17,12 +17,17 @@ Stages (``--mode``), each resumable and writing atomically under ``--workdir``:
   for K = 2, 3, 4, and the draft/target per-token decode-time ratio measured
   in the same run. Writes ``--eval_json``.
 
-Commands used for the shipped asset (2-core CPU)::
+Commands used for the shipped asset (2-core CPU, run from the repository root)::
 
-  nohup /work/venv/bin/python experiments/distill_draft.py --mode=sample \
+  mkdir -p /tmp/wmspec_draft
+  nohup /work/venv/bin/python experiments/distill_draft.py --mode=sample --repeats=1 \
       > /tmp/wmspec_draft/sample.log 2>&1 &
-  nohup /work/venv/bin/python experiments/distill_draft.py --mode=train \
+  # (stopped by hand after 17 of the 26 T=0.7 chunks, 544 sequences / 41k target
+  #  tokens, to fit the time budget; left alone it also samples the T=1.0 chunks)
+  nohup /work/venv/bin/python experiments/distill_draft.py --mode=train --steps=300 \
       > /tmp/wmspec_draft/train.log 2>&1 &
+  nohup /work/venv/bin/python experiments/distill_draft.py --mode=train --steps=450 \
+      > /tmp/wmspec_draft/train2.log 2>&1 &      # resumes at step 300, writes --out
   /work/venv/bin/python experiments/distill_draft.py --mode=eval \
       --eval_json=/tmp/wmspec_draft/eval.json
 

@@ -7,7 +7,7 @@ import pytest
 
 from wmspec_jax.models import hf
 
-from conftest import TINY, make_torch_model
+from tiny_hf import TINY, make_torch_model
 
 TOL = 1e-4
 
