@@ -1,0 +1,65 @@
+"""Static-shape key/value cache with per-row lengths.
+
+One ``KVCache`` holds every layer's keys and values stacked on a leading layer
+axis (``k[l]`` / ``v[l]`` is layer ``l``'s pair), so the transformer can
+``lax.scan`` over layers while updating the cache in place inside the scan
+carry. Rows are ragged: ``lengths[b]`` counts the valid slots of row ``b``.
+Rolling back rejected draft tokens is just lowering ``lengths``; the stale
+slots are overwritten by the next write and are never attended before that,
+because a query at position ``p`` only sees slots ``<= p``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from wmspec_jax.models.config import TransformerConfig
+
+
+class KVCache(NamedTuple):
+    """k, v: dtype[L, B, S, Hkv, Dh]; lengths: int32[B] valid slots per row."""
+
+    k: jax.Array
+    v: jax.Array
+    lengths: jax.Array
+
+    @property
+    def capacity(self) -> int:
+        """S, the number of slots per row (static)."""
+        return self.k.shape[2]
+
+
+def init_cache(config: TransformerConfig, batch_size: int, max_length: int,
+               dtype=jnp.float32) -> KVCache:
+    """Allocates an all-zero cache of ``max_length`` slots per row, lengths 0.
+
+    Writes use scatter with ``mode="drop"``: a token written past the last
+    slot is dropped instead of being clamped onto (and corrupting) the last
+    valid slot, so no slack is needed for the garbage tail of a ragged write.
+    The caller must still keep ``length + num_new <= max_length`` for the
+    tokens it actually needs.
+    """
+    if int(batch_size) <= 0 or int(max_length) <= 0:
+        raise ValueError(
+            f"batch_size and max_length must be positive, got {batch_size}, {max_length}")
+    shape = (config.num_layers, int(batch_size), int(max_length),
+             config.num_kv_heads, config.head_dim)
+    return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
+                   lengths=jnp.zeros((int(batch_size),), jnp.int32))
+
+
+def rewind(cache: KVCache, lengths: jax.Array) -> KVCache:
+    """Sets the per-row lengths (int32[B]) without touching k/v (rollback)."""
+    lengths = jnp.asarray(lengths)
+    if lengths.shape != cache.lengths.shape:
+        raise ValueError(
+            f"lengths must have shape {cache.lengths.shape}, got {lengths.shape}")
+    return cache._replace(lengths=lengths.astype(jnp.int32))
+
+
+def cache_lengths(cache: KVCache) -> jax.Array:
+    """int32[B] number of valid slots per row."""
+    return cache.lengths
