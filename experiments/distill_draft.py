@@ -32,6 +32,12 @@ Commands used for the shipped asset (2-core CPU, run from the repository root)::
       --eval_json=/tmp/wmspec_draft/eval.json
 
 ``--mode=eval --adapters=none`` evaluates the plain truncation (no adapters).
+
+The shipped asset was distilled with a since-merged ``models/corpus.py`` whose
+prompt lists differed slightly from today's :mod:`wmspec_jax.data` (a few
+more pydoc paragraphs, 240-character cuts without the word-boundary guard);
+the train/eval hash split is the same one, so :mod:`wmspec_jax.data`'s
+``eval`` split holds no prompt the shipped draft was trained on.
 """
 
 from __future__ import annotations
@@ -52,7 +58,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from wmspec_jax.models import builtin, corpus, draft, transformer  # noqa: E402
+from wmspec_jax import data  # noqa: E402
+from wmspec_jax.models import builtin, draft, transformer  # noqa: E402
 from wmspec_jax.models.cache import init_cache  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -95,9 +102,9 @@ def atomic_savez(path: str, **arrays) -> None:
 def prompt_ids(split: str, max_len: int) -> list[np.ndarray]:
     """Chat-formatted questions and plain documentation prefixes of one split."""
     tok = builtin.builtin_tokenizer()
-    out = [np.asarray(builtin.encode_chat(q)) for q in corpus.questions(split)]
-    out += [np.asarray(tok.encode(corpus.text_prompt(p), add_special_tokens=False))
-            for p in corpus.passages(split)]
+    out = [np.asarray(builtin.encode_chat(q)) for q in data.builtin_questions(split).prompts]
+    out += [np.asarray(tok.encode(p, add_special_tokens=False))
+            for p in data.builtin_openings(chars=240, split=split, fortunes_dir="").prompts]
     return [p for p in out if 0 < len(p) <= max_len]
 
 

@@ -16,6 +16,23 @@ def test_builtin_questions_are_questions_with_answers():
     assert len(qs.human_texts) > 0.9 * len(qs)
 
 
+def test_builtin_splits_are_disjoint_stable_and_cover_everything():
+    for make in (data.builtin_questions, lambda split=None: data.builtin_openings(split=split)):
+        every, train, held_out = make(), make("train"), make("eval")
+        assert len(train) + len(held_out) == len(every)
+        assert not set(train.prompts) & set(held_out.prompts)
+        assert 0.1 * len(every) < len(held_out) < 0.35 * len(every)
+        whole_train = {e.prompt + e.human for e in train.examples}
+        assert not any(e.prompt + e.human in whole_train for e in held_out.examples)
+    assert data.split_of("What is a watermark?") == data.split_of("What is a watermark?")
+    assert data.load_prompt_set("builtin-eli5").prompts == data.builtin_questions("eval").prompts
+    assert len(data.load_prompt_set("builtin-c4:all")) == len(data.builtin_openings())
+    with pytest.raises(ValueError, match="split"):
+        data.load_prompt_set("builtin-eli5:test")
+    with pytest.raises(ValueError, match="split"):
+        data.builtin_questions("validation")
+
+
 def test_builtin_openings_are_cut_at_word_boundaries(tmp_path):
     fortunes = tmp_path / "fortunes"
     fortunes.mkdir()

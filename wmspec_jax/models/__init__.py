@@ -9,7 +9,6 @@
 * :mod:`~wmspec_jax.models.gguf_loader`, :mod:`~wmspec_jax.models.tokenizer` — llama.cpp GGUF files.
 * :mod:`~wmspec_jax.models.builtin` — the built-in SmolLM2-135M-Instruct target and its draft.
 * :mod:`~wmspec_jax.models.draft` — self-speculative drafts (layer subset + LoRA adapters).
-* :mod:`~wmspec_jax.models.corpus` — built-in prompts (chatterbot-corpus questions, pydoc text).
 
 Submodules are imported lazily by the caller; importing this package pulls in
 only the config (no torch, no transformers, no file I/O).

