@@ -42,6 +42,10 @@ setup(
             "pytest>=8",
             # parity tests against transformers' PyTorch models (CPU wheel)
             "torch==2.13.0",
+            # execute the colab/ notebooks headless in the test suite
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
         ],
     },
 )

@@ -1,0 +1,111 @@
+r"""The main job: every experiment of the paper, from one command.
+
+1. Trade-off curves (Fig. 1, ``experiments/tradeoff_curves.py``) -> ``tradeoff/``.
+2. Tables 1-2: AATPS / PTT / LOGPPL of basic watermarks, standard
+   speculative sampling and Alg. 1 for K in ``--lookaheads``
+   (``wmspec_jax.pipeline.run_speculative``) -> ``speculative.*``, ``aatps.png``.
+3. Fig. 2 / Fig. 5: TPR at 1 % FPR vs length and ROC curves for the Gumbel-max
+   and SynthID detectors (``run_detection``) -> ``detection.*``,
+   ``tpr_vs_length.png``, ``roc.png``.
+4. ``summary.md`` (the tables) and ``summary.json`` (checks, timings, files).
+
+Presets (``--preset``); every other flag overrides the preset:
+
+* ``quick``: the built-in pair (SmolLM2-135M-Instruct + distilled draft), the
+  built-in ELI5 stand-in, 16 prompts per speed run, 48 texts per detection
+  run, 48 new tokens, 2e5 Monte Carlo samples for the curves. About 10
+  minutes on a 2-core CPU (README for the measured time).
+* ``paper``: the paper's sizes (2,000 texts per detection run split 1,000 /
+  1,000, 200 new tokens, 1e7 Monte Carlo samples). Give the models and the
+  data: ``--target=/ckpt/Llama-2-7b-hf --draft=/ckpt/llama-68m
+  --dataset=eli5:/data/eli5.jsonl`` (or Gemma-7B / Gemma-2B, ``c4:PATH``).
+
+Everything is resumable: rerun the same command after an interruption.
+
+  python experiments/reproduce.py --preset=quick --output_dir=results/quick
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from wmspec_jax import pipeline, results  # noqa: E402
+
+PRESETS = {
+    "quick": (pipeline.Settings(), 200_000),
+    "paper": (pipeline.Settings(
+        num_prompts=1000, num_detection_texts=2000, max_new_tokens=200, max_prompt_tokens=256, batch_size=32,
+        tpr_lengths=(25, 50, 75, 100, 125, 150, 175, 200)), 10_000_000),
+}
+
+flags.DEFINE_enum("preset", "quick", list(PRESETS), "size of the run (module doc)")
+flags.DEFINE_string("output_dir", None, "where outputs go (default: results/<preset>)")
+flags.DEFINE_integer("tradeoff_samples", None, "Monte Carlo samples of the trade-off curves (default: preset)")
+flags.DEFINE_list("skip", [], "parts to skip: tradeoff, speculative, detection")
+pipeline.define_flags(required_defaults=False)
+FLAGS = flags.FLAGS
+
+
+def _log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    unknown = set(FLAGS.skip) - {"tradeoff", "speculative", "detection"}
+    if unknown:
+        raise app.UsageError(f"--skip: unknown parts {sorted(unknown)}")
+    base, samples = PRESETS[FLAGS.preset]
+    settings = pipeline.settings_from_flags(base)
+    out = FLAGS.output_dir or os.path.join("results", FLAGS.preset)
+    os.makedirs(out, exist_ok=True)
+    samples = FLAGS.tradeoff_samples or samples
+    timings, t_all = {}, time.perf_counter()
+
+    if "tradeoff" not in FLAGS.skip:
+        _log(f"[1/3] trade-off curves ({samples:,} samples per estimate)")
+        t0 = time.perf_counter()
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tradeoff_curves.py")
+        subprocess.run([sys.executable, script, f"--num_samples={samples}",
+                        f"--output_dir={os.path.join(out, 'tradeoff')}"], check=True)
+        timings["tradeoff_seconds"] = time.perf_counter() - t0
+
+    summary_md = [f"# wmspec_jax reproduction ({FLAGS.preset} preset)", ""]
+    checks = {}
+    session = None
+    if not {"speculative", "detection"} <= set(FLAGS.skip):
+        session = pipeline.Session(settings, out)
+        summary_md += [f"Pair: `{session.pair.name}`; prompts: `{settings.dataset}`; "
+                       f"{settings.max_new_tokens} new tokens per text.", ""]
+    if "speculative" not in FLAGS.skip:
+        _log("[2/3] speculative sampling: AATPS, PTT, LOGPPL (Tables 1-2)")
+        t0 = time.perf_counter()
+        spec = pipeline.run_speculative(session)
+        timings["speculative_seconds"] = time.perf_counter() - t0
+        checks.update(spec["checks"])
+        summary_md += ["## Tables 1-2: efficiency and unbiasedness (mean ± 95% CI)", "",
+                       pipeline.speculative_markdown(spec["rows"]), ""]
+    if "detection" not in FLAGS.skip:
+        _log("[3/3] detection: TPR at 1% FPR vs length, ROC (Figs. 2 and 5)")
+        t0 = time.perf_counter()
+        det = pipeline.run_detection(session)
+        timings["detection_seconds"] = time.perf_counter() - t0
+        summary_md += ["## Fig. 2: TPR at 1% FPR (95% bootstrap CI)", "", pipeline.detection_markdown(det), ""]
+    timings["total_seconds"] = time.perf_counter() - t_all
+    results.atomic_write_text(os.path.join(out, "summary.md"), "\n".join(summary_md))
+    files = sorted(f for f in os.listdir(out) if os.path.isfile(os.path.join(out, f))) + ["summary.json"]
+    results.atomic_write_json(os.path.join(out, "summary.json"), {
+        "preset": FLAGS.preset, "settings": settings.public(), "tradeoff_samples": samples,
+        "checks": checks, "timings": timings, "files": files})
+    print("\n".join(summary_md))
+    _log(f"done in {timings['total_seconds']:.0f}s; outputs in {out}")
+
+
+if __name__ == "__main__":
+    app.run(main)

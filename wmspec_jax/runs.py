@@ -1,0 +1,199 @@
+"""Generation runs for the experiments: one spec, many prompts, resumable records.
+
+A *run* is one generation setting (:class:`RunSpec`: method, decoder,
+lookahead K, temperature) applied to a prompt list. :func:`generate_run`
+generates it batch by batch and appends one JSON record per text to a
+:class:`~wmspec_jax.results.JsonlStore`; an interrupted run resumes where it
+stopped, and a text's tokens do not depend on which batch it landed in:
+
+* each text i has its own watermark key, derived from the experiment's
+  secret and i (``f"{secret}/{i}"``), so detection calibration holds over
+  texts (``docs/detection.md``, "keyed per text"); the key is never stored;
+* each text's true randomness is ``fold_in(fold_in(key(seed), run), i)``;
+* the last partial batch is padded to the batch size (static shapes: no
+  recompilation) and the padding rows are dropped.
+
+Records hold what Tables 1-2 and Fig. 2 need: the generated ids, their
+sources (draft / residual / target), steps, tokens per step (AATPS), the
+log-perplexity of the text under the target at temperature 1 (LOGPPL), and
+the wall time of the batch (PTT), measured after compiling ahead of time
+(:func:`wmspec_jax.speculative.precompile`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+import zlib
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wmspec_jax import decoders, prf, speculative
+from wmspec_jax.lm import LanguageModel
+from wmspec_jax.results import JsonlStore, Progress
+
+DECODER_KINDS = (decoders.GUMBEL, decoders.SYNTHID)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """One generation setting.
+
+    Attributes:
+      method: a :data:`wmspec_jax.speculative.METHODS` name (``basic``,
+        ``standard``, ``pseudorandom`` = Alg. 1, ...).
+      decoder: ``"gumbel"`` or ``"synthid"``.
+      lookahead: K (0 for non-speculative methods).
+      temperature: applied to P and Q alike.
+      num_layers: SynthID's m (ignored for Gumbel-max).
+    """
+
+    method: str
+    decoder: str
+    lookahead: int
+    temperature: float
+    num_layers: int = 30
+
+    def __post_init__(self):
+        if self.decoder not in DECODER_KINDS:
+            raise ValueError(f"decoder must be one of {DECODER_KINDS}, got {self.decoder!r}")
+        self.config(1)  # validates method / K / temperature
+
+    @property
+    def name(self) -> str:
+        dec = "gumbel" if self.decoder == decoders.GUMBEL else f"synthid{self.num_layers}"
+        return f"{self.method}-{dec}-K{self.lookahead}-T{self.temperature:g}"
+
+    @property
+    def watermark_decoder(self) -> decoders.WatermarkDecoder:
+        return decoders.WatermarkDecoder(self.decoder, self.num_layers)
+
+    def config(self, max_new_tokens: int, eos_id: Optional[int] = None, pad_id: int = 0,
+               top_k: Optional[int] = None, context_width: int = prf.DEFAULT_CONTEXT_WIDTH):
+        return speculative.SpeculativeConfig(
+            method=self.method, decoder=self.watermark_decoder, lookahead=self.lookahead,
+            max_new_tokens=max_new_tokens, temperature=self.temperature, top_k=top_k,
+            context_width=context_width, eos_id=eos_id, pad_id=pad_id)
+
+
+def text_keys(secret: str, indices: Sequence[int]) -> jax.Array:
+    """Per-text stream keys uint32[B, 3, 2] of texts ``indices`` (module doc)."""
+    if not isinstance(secret, str) or not secret:
+        raise ValueError("the watermark secret must be a non-empty string")
+    return prf.stream_keys([f"{secret}/{int(i)}" for i in indices])
+
+
+def text_rngs(seed: int, run_name: str, indices: Sequence[int]) -> jax.Array:
+    """Per-text ``jax.random`` keys [B] for the true randomness (module doc)."""
+    base = jax.random.fold_in(jax.random.key(seed), zlib.crc32(run_name.encode()) & 0x7FFFFFFF)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(indices, jnp.uint32))
+
+
+@functools.partial(jax.jit, static_argnames=("target",))
+def _log_perplexity(target: LanguageModel, params, tokens, prompt_lengths, lengths):
+    cache = target.init_cache(tokens.shape[0], tokens.shape[1])
+    logits, _ = target.step(params, cache, tokens, jnp.full((tokens.shape[0],), tokens.shape[1], jnp.int32))
+    logp = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
+    nll = -jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]  # predicts token t+1
+    pos = jnp.arange(1, tokens.shape[1])[None]
+    scored = (pos >= prompt_lengths[:, None]) & (pos < lengths[:, None])
+    return jnp.sum(jnp.where(scored, nll, 0.0), 1) / jnp.maximum(jnp.sum(scored, 1), 1)
+
+
+def log_perplexity(target: LanguageModel, params, tokens, prompt_lengths, lengths) -> np.ndarray:
+    """Mean −log P(w_t | w_<t) over each row's generated tokens (LOGPPL, Tables 1-2).
+
+    Args:
+      tokens: int32[B, L] prompt + generated ids; ``prompt_lengths``,
+        ``lengths``: int32[B] (generated = ``[prompt_length, length)``).
+
+    Returns:
+      float64[B], natural log, the target at temperature 1 (no top-k).
+    """
+    tokens = jnp.asarray(tokens, jnp.int32)
+    out = _log_perplexity(target, params, tokens, jnp.asarray(prompt_lengths, jnp.int32),
+                          jnp.asarray(lengths, jnp.int32))
+    return np.asarray(out, np.float64)
+
+
+def record_id(run: RunSpec, index: int) -> str:
+    return f"{run.name}/{index}"
+
+
+def generate_run(
+    run: RunSpec,
+    pair,
+    prompts: np.ndarray,
+    prompt_lengths: np.ndarray,
+    store: JsonlStore,
+    *,
+    secret: str,
+    seed: int,
+    max_new_tokens: int,
+    batch_size: int,
+    eos_id: Optional[int] = None,
+    top_k: Optional[int] = None,
+    log=print,
+) -> list[dict]:
+    """Generates ``run`` for every prompt not yet in ``store``; returns all its records.
+
+    Args:
+      run: the setting.
+      pair: a :class:`wmspec_jax.pairs.ModelPair`.
+      prompts: int32[N, P] packed prompts; ``prompt_lengths`` int32[N].
+      store: the experiment's record store (shared by runs; ids are
+        ``"{run.name}/{i}"``).
+      secret, seed: watermark secret and true-randomness seed (module doc).
+      max_new_tokens, batch_size, eos_id, top_k: generation settings.
+
+    Each record: ``id, run, index, prompt_length, tokens`` (generated ids),
+    ``source`` (int per token), ``num_steps, aatps, logppl``, and the batch's
+    ``batch`` (first index), ``batch_seconds``, ``batch_tokens`` (all rows,
+    padding included: the work done), ``batch_rows``.
+    """
+    prompts = np.asarray(prompts, np.int32)
+    prompt_lengths = np.asarray(prompt_lengths, np.int32)
+    n = prompts.shape[0]
+    todo = [i for i in range(n) if record_id(run, i) not in store]
+    if todo:
+        config = run.config(max_new_tokens, eos_id=eos_id, pad_id=pair.pad_id, top_k=top_k)
+        draft = (pair.draft, pair.draft_params) if config.spec.speculative else (None, None)
+        progress = Progress(len(todo), run.name)
+        compiled = False
+        for start in range(0, len(todo), batch_size):
+            idx = todo[start : start + batch_size]
+            padded = idx + [idx[-1]] * (batch_size - len(idx))
+            args = (pair.target, pair.target_params, prompts[padded], prompt_lengths[padded],
+                    text_keys(secret, padded), text_rngs(seed, run.name, padded), config)
+            if not compiled:
+                t0 = time.perf_counter()
+                speculative.precompile(*args, draft=draft[0], draft_params=draft[1])
+                log(f"{run.name}: compiled in {time.perf_counter() - t0:.1f}s")
+                compiled = True
+            t0 = time.perf_counter()
+            res = speculative.generate(*args, draft=draft[0], draft_params=draft[1])
+            jax.block_until_ready(res.tokens)
+            seconds = time.perf_counter() - t0
+            tokens, source = np.asarray(res.tokens), np.asarray(res.source)
+            plen, length, steps = (np.asarray(res.prompt_lengths), np.asarray(res.lengths),
+                                   np.asarray(res.num_steps))
+            ppl = log_perplexity(pair.target, pair.target_params, tokens, plen, length)
+            new_tokens = int(np.sum(length - plen))
+            records = []
+            for row, i in enumerate(idx):
+                p, e = int(plen[row]), int(length[row])
+                records.append({
+                    "id": record_id(run, i), "run": run.name, "index": int(i), "prompt_length": p,
+                    "tokens": tokens[row, p:e].tolist(), "source": source[row, p:e].tolist(),
+                    "num_steps": int(steps[row]), "aatps": (e - p) / max(int(steps[row]), 1),
+                    "logppl": float(ppl[row]), "batch_seconds": seconds, "batch_tokens": new_tokens,
+                    "batch": int(idx[0]), "batch_rows": len(padded),
+                })
+            store.add(records)
+            progress.update(len(idx))
+    mine = [r for r in store.values() if r["run"] == run.name and r["index"] < n]
+    return sorted(mine, key=lambda r: r["index"])
