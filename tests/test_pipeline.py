@@ -1,6 +1,7 @@
 """Experiment machinery on the toy pair: runs, summaries, the scripts' outputs and resume."""
 
 import csv
+import dataclasses
 import json
 import os
 import subprocess
@@ -133,6 +134,15 @@ def test_detection_outputs_are_complete(pipeline_outputs):
     for name in os.listdir(out):
         with open(os.path.join(out, name), "rb") as f:
             assert SECRET.encode() not in f.read(), name
+
+
+def test_resuming_with_other_generation_settings_is_refused(pipeline_outputs):
+    out, session, _, _ = pipeline_outputs
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        pipeline.Session(dataclasses.replace(SMALL, max_new_tokens=SMALL.max_new_tokens + 1), out,
+                         pair=session.pair)
+    # sizes and batching may change: records are per text and batch-invariant
+    pipeline.Session(dataclasses.replace(SMALL, batch_size=2, num_prompts=3), out, pair=session.pair)
 
 
 def test_detection_texts_rebuild_generation(pipeline_outputs):

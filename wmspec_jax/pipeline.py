@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import os
 import time
 from typing import Optional, Sequence
@@ -71,6 +72,13 @@ class Settings:
         return self.gumbel_temperature if decoder == GUMBEL else self.synthid_temperature
 
 
+# Settings that change the generated texts: a resumed output_dir must keep them. (The secret is
+# not stored, so it cannot be checked: use a new output_dir for a new secret.)
+GENERATION_FIELDS = ("target", "draft", "dtype", "dataset", "max_new_tokens", "max_prompt_tokens",
+                     "synthid_layers", "top_k", "stop_at_eos", "seed", "gumbel_temperature",
+                     "synthid_temperature")
+
+
 def speed_runs(s: Settings) -> list:
     """The runs of Tables 1-2: basic, standard and Alg. 1 for each decoder and K."""
     out = []
@@ -100,7 +108,16 @@ class Session:
     def __init__(self, s: Settings, output_dir: str, pair: Optional[pairs.ModelPair] = None):
         self.settings, self.output_dir = s, output_dir
         os.makedirs(output_dir, exist_ok=True)
-        results.atomic_write_json(os.path.join(output_dir, "settings.json"), s.public())
+        settings_path = os.path.join(output_dir, "settings.json")
+        if os.path.exists(settings_path) and os.path.exists(os.path.join(output_dir, "generations.jsonl")):
+            with open(settings_path, encoding="utf-8") as f:
+                old = json.load(f)
+            changed = {k: (old.get(k), v) for k, v in s.public().items()
+                       if k in GENERATION_FIELDS and json.loads(json.dumps(v)) != old.get(k)}
+            if changed:
+                raise ValueError(f"{output_dir} holds generations made with other settings {changed}; "
+                                 "use a new --output_dir (records are reused on resume)")
+        results.atomic_write_json(settings_path, s.public())
         need = max(s.num_prompts, s.num_detection_texts)
         prompt_set = data.load_prompt_set(s.dataset)
         if len(prompt_set) < need:
