@@ -51,10 +51,6 @@ pipeline.define_flags(required_defaults=False)
 FLAGS = flags.FLAGS
 
 
-def _log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -69,7 +65,7 @@ def main(argv):
     timings, t_all = {}, time.perf_counter()
 
     if "tradeoff" not in FLAGS.skip:
-        _log(f"[1/3] trade-off curves ({samples:,} samples per estimate)")
+        pipeline.log(f"[1/3] trade-off curves ({samples:,} samples per estimate)")
         t0 = time.perf_counter()
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tradeoff_curves.py")
         subprocess.run([sys.executable, script, f"--num_samples={samples}",
@@ -84,7 +80,7 @@ def main(argv):
         summary_md += [f"Pair: `{session.pair.name}`; prompts: `{settings.dataset}`; "
                        f"{settings.max_new_tokens} new tokens per text.", ""]
     if "speculative" not in FLAGS.skip:
-        _log("[2/3] speculative sampling: AATPS, PTT, LOGPPL (Tables 1-2)")
+        pipeline.log("[2/3] speculative sampling: AATPS, PTT, LOGPPL (Tables 1-2)")
         t0 = time.perf_counter()
         spec = pipeline.run_speculative(session)
         timings["speculative_seconds"] = time.perf_counter() - t0
@@ -92,7 +88,7 @@ def main(argv):
         summary_md += ["## Tables 1-2: efficiency and unbiasedness (mean ± 95% CI)", "",
                        pipeline.speculative_markdown(spec["rows"]), ""]
     if "detection" not in FLAGS.skip:
-        _log("[3/3] detection: TPR at 1% FPR vs length, ROC (Figs. 2 and 5)")
+        pipeline.log("[3/3] detection: TPR at 1% FPR vs length, ROC (Figs. 2 and 5)")
         t0 = time.perf_counter()
         det = pipeline.run_detection(session)
         timings["detection_seconds"] = time.perf_counter() - t0
@@ -104,7 +100,7 @@ def main(argv):
         "preset": FLAGS.preset, "settings": settings.public(), "tradeoff_samples": samples,
         "checks": checks, "timings": timings, "files": files})
     print("\n".join(summary_md))
-    _log(f"done in {timings['total_seconds']:.0f}s; outputs in {out}")
+    pipeline.log(f"done in {timings['total_seconds']:.0f}s; outputs in {out}")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 import jax.numpy as jnp
-import numpy as np
 
 from wmspec_jax import toy
 from wmspec_jax.lm import LanguageModel
@@ -148,18 +147,3 @@ def encode_prompts(pair: ModelPair, prompts: Sequence[str], kind: str, max_lengt
     ids = [pair.encode_prompt(p, kind) for p in prompts]
     return data.pack_prompts(ids, max_length, pair.pad_id)
 
-
-def encode_human_texts(pair: ModelPair, texts: Sequence[str], length: int, min_length: int):
-    """Human texts as token rows for negatives: int32[N, length], int32[N] lengths.
-
-    Texts shorter than ``min_length`` tokens are dropped (they cannot be
-    scored at the lengths the experiment reports); longer ones are cut.
-    """
-    rows = [pair.encode_text(t)[:length] for t in texts]
-    rows = [r for r in rows if len(r) >= min_length]
-    out = np.full((len(rows), length), pair.pad_id, np.int32)
-    lengths = np.zeros((len(rows),), np.int32)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = r
-        lengths[i] = len(r)
-    return out, lengths

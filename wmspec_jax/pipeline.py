@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from wmspec_jax import data, decoders, evaluation, pairs, results, runs
+from wmspec_jax import data, decoders, evaluation, pairs, prf, results, runs
 
 GUMBEL, SYNTHID = decoders.GUMBEL, decoders.SYNTHID
 
@@ -98,7 +98,8 @@ def detection_runs(s: Settings, decoder: str) -> tuple:
             runs.RunSpec("standard", decoder, s.detect_lookahead, t, s.synthid_layers))
 
 
-def _log(msg: str) -> None:
+def log(msg: str) -> None:
+    """Timestamped progress line on stdout."""
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
@@ -126,7 +127,7 @@ class Session:
         self.prompt_set = prompt_set.take(need, seed=s.seed)
         t0 = time.perf_counter()
         self.pair = pair or pairs.load_pair(s.target, s.draft, s.dtype)
-        _log(f"pair {self.pair.name} ready in {time.perf_counter() - t0:.1f}s; "
+        log(f"pair {self.pair.name} ready in {time.perf_counter() - t0:.1f}s; "
              f"{need} prompts from {prompt_set.name}")
         self.prompts, self.prompt_lengths = pairs.encode_prompts(
             self.pair, self.prompt_set.prompts, self.prompt_set.kind, s.max_prompt_tokens)
@@ -137,7 +138,7 @@ class Session:
         return runs.generate_run(
             run, self.pair, self.prompts[:num_texts], self.prompt_lengths[:num_texts], self.store,
             secret=s.secret, seed=s.seed, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
-            eos_id=self.pair.eos_id if s.stop_at_eos else None, top_k=s.top_k, log=_log)
+            eos_id=self.pair.eos_id if s.stop_at_eos else None, top_k=s.top_k, log=log)
 
 
 def _write_csv(path: str, rows: Sequence[dict]) -> None:
@@ -162,7 +163,7 @@ def run_speculative(session: Session) -> dict:
         recs = session.records(run, s.num_prompts)
         row = evaluation.speculative_row(run.name, recs)
         rows.append({"decoder": run.decoder, "temperature": run.temperature, "lookahead": run.lookahead,
-                     "method": _label(run), **row})
+                     "method": _label(run), "method_id": run.method, **row})
     summary = {"settings": s.public(), "pair": session.pair.name, "rows": rows,
                "checks": speculative_checks(rows)}
     results.atomic_write_json(os.path.join(session.output_dir, "speculative.json"), summary)
@@ -180,10 +181,10 @@ def speculative_checks(rows: Sequence[dict]) -> dict:
     overlaps the basic watermark's of the same decoder and temperature.
     """
     out = {"aatps_matches_standard": {}, "logppl_agrees": {}}
-    by = {(r["decoder"], r["lookahead"], r["method"].split()[0]): r for r in rows}
-    for (dec, k, kind), r in by.items():
-        if kind == "Alg.":
-            std = by[(dec, k, "Std.")]
+    by = {(r["decoder"], r["lookahead"], r["method_id"]): r for r in rows}
+    for (dec, k, method), r in by.items():
+        if method == "pseudorandom":
+            std = by[(dec, k, "standard")]
             tol = float(np.hypot(r["aatps_ci"], std["aatps_ci"]))
             out["aatps_matches_standard"][f"{dec}-K{k}"] = bool(abs(r["aatps"] - std["aatps"]) <= tol)
     for r in rows:
@@ -205,9 +206,9 @@ def run_detection(session: Session) -> dict:
         (ptr, pte), (ntr, nte) = evaluation.split_half(pos), evaluation.split_half(neg)
         texts = {k: evaluation.texts_from_records(v, session.prompts, s.secret)
                  for k, v in (("ptr", ptr), ("pte", pte), ("ntr", ntr), ("nte", nte))}
-        common = dict(lengths=s.tpr_lengths, vocab_size=pair.vocab_size, context_width=4, seed=s.seed,
-                      num_resamples=s.num_resamples)
-        _log(f"detection: scoring {dec} ({len(pos)} watermarked, {len(neg)} unwatermarked texts)")
+        common = dict(lengths=s.tpr_lengths, vocab_size=pair.vocab_size, context_width=prf.DEFAULT_CONTEXT_WIDTH,
+                      seed=s.seed, num_resamples=s.num_resamples)
+        log(f"detection: scoring {dec} ({len(pos)} watermarked, {len(neg)} unwatermarked texts)")
         if dec == GUMBEL:
             res = evaluation.evaluate_gumbel(texts["ptr"], texts["pte"], texts["nte"],
                                              roc_length=s.roc_length_gumbel, **common)
