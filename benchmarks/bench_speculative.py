@@ -1,14 +1,26 @@
-r"""Per-token time of every generation method, as ratios to standard speculative sampling.
+r"""Time per token and per step of every generation method, as ratios measured in one run.
 
 All methods run in one process on the same pair, prompts and shapes;
-compilation happens ahead of time (``speculative.precompile``) and each
-method is timed over ``--repeats`` interleaved rounds (median), so the ratios
+compilation happens ahead of time (``speculative.precompile``), and the
+methods and a bare cached decode step of the target are timed in
+``--repeats`` interleaved rounds (median, with min and max), so the ratios
 are robust to a machine's background load even when absolute times are not.
 
-  python benchmarks/bench_speculative.py --pair=toy
-  python benchmarks/bench_speculative.py --pair=builtin --batch_size=8 --max_new_tokens=32
+Reported ratios (also in the JSON, under ``ratios``):
 
-Writes ``--output`` (JSON) atomically and prints a table.
+* ``plain_step / bare_decode_step``: the loop's overhead over the model;
+* ``<method> / standard`` per token;
+* per step, each watermarking method over the same method without a
+  watermark (``basic / plain``; ``hu``, ``dathathri``, ``pseudorandom`` over
+  ``standard``): what the watermark costs.
+
+  python benchmarks/bench_speculative.py --pair=builtin --batch_size=1 --max_new_tokens=48
+  python benchmarks/bench_speculative.py --pair=tiny_llama --decoder=synthid --top_k=100 --batch_size=32
+
+``--pair=tiny_llama`` is a random 2-layer Llama (d = 128, V = 32000) with a
+1-layer draft (``benchmarks/shapes.py``): the shape of the comparison with
+the paper's PyTorch code. Writes ``--output`` (JSON) atomically and prints a
+table.
 """
 
 import os
@@ -18,64 +30,147 @@ import time
 from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from wmspec_jax import data, decoders, pairs, results, runs, speculative  # noqa: E402
+from wmspec_jax import decoders, methods, prf, results, speculative  # noqa: E402
 
-flags.DEFINE_enum("pair", "toy", ["toy", "builtin"], "model pair")
+flags.DEFINE_enum("pair", "toy", ["toy", "builtin", "tiny_llama"], "model pair")
 flags.DEFINE_enum("decoder", "gumbel", ["gumbel", "synthid"], "watermark decoder")
+flags.DEFINE_integer("num_layers", 30, "SynthID tournament layers m")
 flags.DEFINE_integer("lookahead", 3, "K of the speculative methods")
 flags.DEFINE_integer("batch_size", 8, "rows per call")
 flags.DEFINE_integer("max_new_tokens", 64, "generated tokens per row")
+flags.DEFINE_integer("prompt_length", 32, "prompt tokens (toy / tiny_llama: random ids; builtin: questions, padded)")
 flags.DEFINE_float("temperature", 0.7, "temperature")
+flags.DEFINE_integer("top_k", 0, "top-k applied to P and Q (0: none)")
+flags.DEFINE_list("methods", list(methods.METHODS), "methods to time")
 flags.DEFINE_integer("repeats", 5, "interleaved timing rounds (median)")
 flags.DEFINE_string("output", "results/bench_speculative.json", "JSON output")
 FLAGS = flags.FLAGS
 
-METHODS = ("plain", "basic", "standard", "hu", "dathathri", "pseudorandom")
+# the same method without a watermark (for the per-step watermark overhead)
+UNWATERMARKED = {"basic": "plain", "hu": "standard", "dathathri": "standard", "pseudorandom": "standard"}
+
+
+def load_pair():
+    """(name, target, target_params, draft, draft_params, prompts int32[B, P], lengths int32[B])."""
+    b, p = FLAGS.batch_size, FLAGS.prompt_length
+    if FLAGS.pair == "builtin":
+        from wmspec_jax import data, pairs
+
+        pair = pairs.load_pair("builtin", "builtin")
+        questions = data.load_prompt_set("builtin-eli5").take(b, seed=0)
+        prompts, lengths = pairs.encode_prompts(pair, questions.prompts, "question", max(p, 64))
+        return pair.name, pair.target, pair.target_params, pair.draft, pair.draft_params, prompts, lengths
+    if FLAGS.pair == "toy":
+        from wmspec_jax import pairs
+
+        pair = pairs.load_pair("toy", "toy")
+        target, tp, draft, dp, vocab = pair.target, pair.target_params, pair.draft, pair.draft_params, pair.vocab_size
+        name = pair.name
+    else:
+        import shapes
+
+        rp = shapes.tiny_llama_pair()
+        target, tp, draft, dp, vocab, name = rp.target, rp.target_params, rp.draft, rp.draft_params, 32000, rp.name
+    prompts = np.random.default_rng(0).integers(0, vocab, size=(b, p)).astype(np.int32)
+    return name, target, tp, draft, dp, prompts, np.full(b, p, np.int32)
+
+
+def bare_decode(target, params, batch: int, context: int, capacity: int):
+    """A jitted cached decode step (T = 1) of the target at ``context`` tokens, and its arguments."""
+    cache = target.init_cache(batch, capacity)
+    cache = target.rewind(cache, jnp.full((batch,), context, jnp.int32))
+    fn = jax.jit(target.step)
+    args = (params, cache, jnp.ones((batch, 1), jnp.int32), jnp.ones((batch,), jnp.int32))
+    jax.block_until_ready(fn(*args))
+    return fn, args
 
 
 def main(argv):
     del argv
-    pair = pairs.load_pair(FLAGS.pair, FLAGS.pair)
-    questions = data.load_prompt_set("builtin-eli5").take(FLAGS.batch_size, seed=0)
-    prompts, lengths = pairs.encode_prompts(pair, questions.prompts, "question", 64)
-    keys = runs.text_keys("bench", range(FLAGS.batch_size))
-    dec = decoders.WatermarkDecoder(FLAGS.decoder, 30)
+    name, target, tp, draft, dp, prompts, lengths = load_pair()
+    bsz = prompts.shape[0]
+    keys = prf.stream_keys([f"bench-{i}" for i in range(bsz)])
+    rngs = jax.random.split(jax.random.key(0), bsz)
+    dec = decoders.WatermarkDecoder(FLAGS.decoder, FLAGS.num_layers)
     calls = {}
-    for method in METHODS:
-        spec = speculative.METHODS[method]
-        cfg = speculative.SpeculativeConfig(method=method, decoder=dec,
-                                            lookahead=FLAGS.lookahead if spec.speculative else 0,
-                                            max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature)
-        draft = dict(draft=pair.draft, draft_params=pair.draft_params) if spec.speculative else {}
-        args = (pair.target, pair.target_params, prompts, lengths, keys, runs.text_rngs(0, method, range(len(lengths))), cfg)
-        speculative.precompile(*args, **draft)
-        calls[method] = (args, draft)
-    times = {m: [] for m in METHODS}
-    tokens = {}
+    for method in FLAGS.methods:
+        spec = methods.METHODS[method]
+        cfg = speculative.SpeculativeConfig(
+            method=method, decoder=dec, lookahead=FLAGS.lookahead if spec.speculative else 0,
+            max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature, top_k=FLAGS.top_k or None)
+        extra = dict(draft=draft, draft_params=dp) if spec.speculative else {}
+        args = (target, tp, prompts, lengths, keys, rngs, cfg)
+        t0 = time.perf_counter()
+        speculative.precompile(*args, **extra)
+        print(f"compiled {method} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+        calls[method] = (args, extra)
+    context = int(np.max(lengths)) + FLAGS.max_new_tokens // 2
+    decode_fn, decode_args = bare_decode(target, tp, bsz, context, int(prompts.shape[1]) + FLAGS.max_new_tokens + 8)
+    decode_reps = 5
+
+    times = {m: [] for m in calls}
+    times["bare_decode"] = []
+    counts = {}
     for r in range(FLAGS.repeats):
-        for method, (args, draft) in calls.items():
+        for method, (args, extra) in calls.items():
             t0 = time.perf_counter()
-            res = speculative.generate(*args, **draft)
+            res = speculative.generate(*args, **extra)
             jax.block_until_ready(res.tokens)
             times[method].append(time.perf_counter() - t0)
-            tokens[method] = int(np.sum(np.asarray(res.lengths) - np.asarray(res.prompt_lengths)))
+            counts[method] = (int(np.sum(np.asarray(res.lengths) - np.asarray(res.prompt_lengths))),
+                              int(np.max(np.asarray(res.num_steps))))
+        t0 = time.perf_counter()
+        for _ in range(decode_reps):
+            jax.block_until_ready(decode_fn(*decode_args))
+        times["bare_decode"].append((time.perf_counter() - t0) / decode_reps)
         print(f"round {r + 1}/{FLAGS.repeats} done", file=sys.stderr, flush=True)
-    base = np.median(times["standard"]) / tokens["standard"]
-    rows = []
-    print(f"{'method':14s} {'ms/token':>9s} {'ratio to standard':>18s}")
-    for method in METHODS:
-        per_token = np.median(times[method]) / tokens[method]
-        rows.append({"method": method, "ms_per_token": 1000 * per_token, "ratio_to_standard": per_token / base,
-                     "seconds": times[method], "tokens": tokens[method]})
-        print(f"{method:14s} {1000 * per_token:9.3f} {per_token / base:18.2f}")
+
+    rows = {}
+    for method in calls:
+        tokens, steps = counts[method]
+        t = np.asarray(times[method])
+        rows[method] = {
+            "seconds_median": float(np.median(t)), "seconds_min": float(t.min()), "seconds_max": float(t.max()),
+            "tokens": tokens, "loop_steps": steps,
+            "ms_per_token": 1e3 * float(np.median(t)) / tokens,
+            "ms_per_step": 1e3 * float(np.median(t)) / steps,
+            "ms_per_step_range": [1e3 * float(t.min()) / steps, 1e3 * float(t.max()) / steps],
+            "tokens_per_step": tokens / (steps * bsz),
+        }
+    bare_ms = 1e3 * float(np.median(times["bare_decode"]))
+    ratios = {}
+    if "plain" in rows:
+        ratios["plain_step/bare_decode_step"] = rows["plain"]["ms_per_step"] / bare_ms
+    if "standard" in rows:
+        for method in rows:
+            ratios[f"{method}/standard per token"] = rows[method]["ms_per_token"] / rows["standard"]["ms_per_token"]
+    for method, base in UNWATERMARKED.items():
+        if method in rows and base in rows:
+            ratios[f"{method}/{base} per step"] = rows[method]["ms_per_step"] / rows[base]["ms_per_step"]
+
+    print(f"\n{name}, {dec.label}, K={FLAGS.lookahead}, batch {bsz}, {FLAGS.max_new_tokens} new tokens, "
+          f"T={FLAGS.temperature}, top-k={FLAGS.top_k or 'none'}, median of {FLAGS.repeats} rounds "
+          f"({jax.devices()[0].platform})")
+    print(f"{'method':14s} {'ms/token':>9s} {'ms/step':>9s} {'(min-max)':>17s} {'tok/step':>8s}")
+    for method, row in rows.items():
+        lo, hi = row["ms_per_step_range"]
+        print(f"{method:14s} {row['ms_per_token']:9.3f} {row['ms_per_step']:9.3f} {f'({lo:.2f}-{hi:.2f})':>17s} "
+              f"{row['tokens_per_step']:8.2f}")
+    print(f"{'bare decode':14s} {'':9s} {bare_ms:9.3f}")
+    for key, value in ratios.items():
+        print(f"  {key:38s} {value:6.3f}")
     results.atomic_write_json(FLAGS.output, {
-        "pair": pair.name, "decoder": FLAGS.decoder, "lookahead": FLAGS.lookahead, "batch_size": FLAGS.batch_size,
-        "max_new_tokens": FLAGS.max_new_tokens, "temperature": FLAGS.temperature, "repeats": FLAGS.repeats,
-        "devices": [str(d) for d in jax.devices()], "rows": rows})
+        "pair": name, "decoder": dec.label, "lookahead": FLAGS.lookahead, "batch_size": bsz,
+        "max_new_tokens": FLAGS.max_new_tokens, "temperature": FLAGS.temperature, "top_k": FLAGS.top_k or None,
+        "repeats": FLAGS.repeats, "devices": [str(d) for d in jax.devices()], "rows": rows,
+        "bare_decode_ms_per_step": bare_ms, "bare_decode_seconds": times["bare_decode"], "ratios": ratios,
+        "seconds": {m: times[m] for m in calls}})
     print(f"wrote {FLAGS.output}")
 
 

@@ -75,7 +75,7 @@ def test_thm33_synthid_ws_grows_with_m_toward_entropy(seeds):
     assert all(ws < ent for ws in exact)
     # Monte Carlo with the PRF's g-values agrees with the enumeration (m = 3) ...
     g3 = prf.vocab_gbits(seeds[prf.Stream.DRAFT], 3, 3)
-    ws3, se3 = theory.watermark_strength(p.astype(np.float32), jax.vmap(decoders.synthid, in_axes=(None, 0))(p, g3))
+    ws3, se3 = theory.watermark_strength(p.astype(np.float32), jax.vmap(lambda g: decoders.synthid(p, g, layers_axis=-2))(g3))  # m = V = 3
     assert abs(float(ws3) - exact[2]) <= stats.Z * float(se3) + 1e-5
     # ... and keeps growing toward Ent(P) on the paper's P (m = 30 is near-degenerate, App. C.1)
     ent_p = float(theory.entropy(P))

@@ -454,7 +454,7 @@ def test_input_validation(exact):
     with pytest.raises(ValueError, match="degenerate"):
         to.estimate_coupling(Q, P, to.synthid(30), 0, 100)
     with pytest.raises(ValueError, match="decoder kind"):
-        to.Decoder("kirchenbauer")
+        to.WatermarkDecoder("kirchenbauer")
     with pytest.raises(ValueError, match="num_layers"):
         to.synthid(0)
     with pytest.raises(ValueError, match=r"\[0, 1\]"):

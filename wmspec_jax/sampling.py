@@ -13,14 +13,21 @@ by loop step, so a row's output does not depend on the batch it runs in or
 on how many steps it took. Reusing a position's uniform after a rollback is
 sound: whether a tentative token at position t is discarded is decided at
 earlier positions, independently of position t's uniforms.
+
+Samplers work on a distribution's candidates (:mod:`wmspec_jax.candidates`):
+weights float32[B, C] with their token ids (None: the whole vocabulary) and
+return a candidate index. Whether a draw may be watermarked at all is a
+static choice of the method, so unwatermarked methods hash nothing.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import jax
 import jax.numpy as jnp
 
-from wmspec_jax import decoders, prf
+from wmspec_jax import candidates, decoders, prf
 
 # purposes of true-random uniforms at one position
 PURPOSE_DRAFT = 0
@@ -28,15 +35,12 @@ PURPOSE_ACCEPT = 1
 PURPOSE_TARGET = 2
 
 
-def as_row_keys(rng, batch_size: int) -> jax.Array:
-    """Per-row true-randomness key words, uint32[B, 2], from ``jax.random`` keys.
+def check_rng(rng, batch_size: int) -> jax.Array:
+    """The true-randomness key(s) as a typed ``jax.random`` key array of shape () or [B].
 
-    ``rng`` is one key (``jax.random.key(seed)`` or legacy ``PRNGKey`` data),
-    split per row as ``fold_in(rng, row)``, or already [B] keys. Pass [B] keys
-    when a row's output must not depend on its index in the batch. The words
-    are drawn once with ``jax.random.bits``; inside the loop they are expanded
-    with the package's cheap counter hash (a threefry call per position would
-    triple the loop's compile time for no statistical gain).
+    ``rng`` is one key (``jax.random.key(seed)`` or legacy ``PRNGKey`` data)
+    or [B] such keys. Pass [B] keys when a row's output must not depend on its
+    index in the batch. Host-side check: no device work.
     """
     if isinstance(rng, jax.Array) and jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
         keys = rng
@@ -47,17 +51,33 @@ def as_row_keys(rng, batch_size: int) -> jax.Array:
             "rng must be a jax.random key (jax.random.key(seed)) or [B] such keys; "
             f"got {type(rng).__name__}. The watermark key is passed separately."
         )
+    if keys.shape not in ((), (batch_size,)):
+        raise ValueError(f"rng must be one key or {batch_size} keys, got shape {keys.shape}")
+    return keys
+
+
+def row_words(keys: jax.Array, batch_size: int) -> jax.Array:
+    """Per-row true-randomness key words, uint32[B, 2], from :func:`check_rng`'s keys.
+
+    One key is split per row as ``fold_in(rng, row)``. The words are drawn
+    once with ``jax.random.bits``; inside the loop they are expanded with the
+    package's cheap counter hash (a threefry call per position would triple
+    the loop's compile time for no statistical gain).
+    """
     if keys.ndim == 0:
         keys = jax.vmap(lambda i: jax.random.fold_in(keys, i))(jnp.arange(batch_size))
-    if keys.shape != (batch_size,):
-        raise ValueError(f"rng must be one key or {batch_size} keys, got shape {keys.shape}")
     return jax.vmap(lambda k: jax.random.bits(k, (2,), jnp.uint32))(keys)
 
 
-def true_uniforms(row_words: jax.Array, positions: jax.Array, purpose: int) -> jax.Array:
+def as_row_keys(rng, batch_size: int) -> jax.Array:
+    """:func:`check_rng` then :func:`row_words`: uint32[B, 2]."""
+    return row_words(check_rng(rng, batch_size), batch_size)
+
+
+def true_uniforms(words: jax.Array, positions: jax.Array, purpose: int) -> jax.Array:
     """U(0, 1) per row from (row key words, position, purpose): float32[B]."""
     counter = jnp.stack([positions.astype(jnp.int32), jnp.full_like(positions, purpose, jnp.int32)], axis=-1)
-    return prf.position_uniforms(prf.context_seeds(row_words, counter))
+    return prf.position_uniforms(prf.context_seeds(words, counter))
 
 
 def position_seeds(keys: jax.Array, stream: int, tokens: jax.Array, positions: jax.Array, width: int) -> jax.Array:
@@ -77,36 +97,73 @@ def position_seeds(keys: jax.Array, stream: int, tokens: jax.Array, positions: j
     return prf.context_seeds(keys[:, stream], ctx)
 
 
-def watermarked_token(decoder: decoders.WatermarkDecoder, probs: jax.Array, seeds: jax.Array) -> jax.Array:
-    """A token drawn from S(P, ζ) as a deterministic function of ζ.
+def _candidate_ids(weights: jax.Array, ids: Optional[jax.Array]) -> jax.Array:
+    if ids is None:
+        return jnp.arange(weights.shape[-1], dtype=jnp.uint32)
+    return ids.astype(jnp.uint32)
+
+
+def watermark_index(decoder: decoders.WatermarkDecoder, weights: jax.Array, ids: Optional[jax.Array],
+                    seeds: jax.Array) -> jax.Array:
+    """A candidate drawn from S(P, ζ) as a deterministic function of ζ: int32[B].
 
     Gumbel-max (Eq. 2) is a point mass; SynthID (Eq. 3-4) is sampled by
     inverse CDF with the stream's per-position uniform (independent of its
     g-values), so the token is a function of the key and the context alone.
+    Only the candidates' ζ values are hashed (one hash per candidate for
+    Gumbel-max and per 32 layers for SynthID).
 
     Args:
       decoder: static decoder description.
-      probs: float32[B, V] the (processed) distribution P, Q or the residual.
+      weights: float32[B, C] the (processed) distribution P, Q or the residual
+        on its candidates.
+      ids: int32[B, C] candidate token ids, or None for the whole vocabulary.
       seeds: uint32[B, 2] from :func:`position_seeds`.
+    """
+    tokens = _candidate_ids(weights, ids)
+    seeds = seeds[:, None, :]
+    if decoder.kind == decoders.GUMBEL:
+        return decoders.gumbel_max_index(weights, prf.token_uniforms(seeds, tokens))
+    words = jnp.stack([prf.hash_values(seeds, tokens, prf.Lane.GBITS + b)
+                       for b in range(-(-decoder.num_layers // prf.NUM_GBITS_PER_HASH))], axis=-1)
+    decoded = decoders.tournament_packed(weights, words, decoder.num_layers)
+    if decoder.kind == decoders.SYNTHID_LIMIT:
+        return decoders.first_argmax(decoded)
+    return decoders.inverse_cdf(decoded, prf.position_uniforms(seeds[:, 0]))
+
+
+def draw(decoder: decoders.WatermarkDecoder, weights: jax.Array, ids: Optional[jax.Array],
+         seeds: Optional[jax.Array], uniform: jax.Array, use_watermark: Optional[jax.Array]):
+    """A candidate index and whether it carries a watermark.
+
+    Args:
+      weights: float32[B, C]; ids: int32[B, C] or None (see :func:`watermark_index`).
+      seeds: uint32[B, 2] of the watermark stream, or None when the method
+        never watermarks this draw (then nothing is hashed).
+      uniform: float32[B] true-random uniform for the plain inverse-CDF draw.
+      use_watermark: bool[B] rows that draw from the watermark stream (new
+        context, watermarking choice); None with ``seeds=None``.
 
     Returns:
-      int32[B].
+      (int32[B] candidate index, bool[B] watermarked record: drawn from the
+      watermark stream from a distribution that is not one-hot — a one-hot
+      distribution, e.g. at temperature 0, carries no watermark).
     """
-    vocab = probs.shape[-1]
-    if decoder.kind == decoders.GUMBEL:
-        return decoders.gumbel_max_token(jnp.log(probs), prf.vocab_uniforms(seeds, vocab))
-    g = prf.vocab_gbits(seeds, vocab, decoder.num_layers)
-    return decoders.sample_token(decoders.tournament(probs, g), prf.position_uniforms(seeds))
+    plain = decoders.inverse_cdf(weights, uniform)
+    if seeds is None:
+        return plain, jnp.zeros(plain.shape, bool)
+    index = jnp.where(use_watermark, watermark_index(decoder, weights, ids, seeds), plain)
+    return index, use_watermark & ~candidates.is_one_hot(weights)
 
 
-def sample(
-    decoder: decoders.WatermarkDecoder,
-    probs: jax.Array,
-    seeds: jax.Array,
-    uniform: jax.Array,
-    use_watermark: jax.Array,
-) -> jax.Array:
-    """Watermarked token where ``use_watermark`` else a plain inverse-CDF draw
-    with the true-random ``uniform``: int32[B]."""
-    plain = decoders.sample_token(probs, uniform)
-    return jnp.where(use_watermark, watermarked_token(decoder, probs, seeds), plain)
+def sample(decoder: decoders.WatermarkDecoder, probs: jax.Array, seeds: jax.Array, uniform: jax.Array,
+           use_watermark: jax.Array) -> jax.Array:
+    """Token from full-vocabulary probs float32[B, V]: watermarked where
+    ``use_watermark`` else a plain inverse-CDF draw with ``uniform``: int32[B]."""
+    index, _ = draw(decoder, jnp.asarray(probs, jnp.float32), None, seeds, uniform, use_watermark)
+    return index
+
+
+def watermarked_token(decoder: decoders.WatermarkDecoder, probs: jax.Array, seeds: jax.Array) -> jax.Array:
+    """A token drawn from S(P, ζ) over the whole vocabulary (probs float32[B, V]): int32[B]."""
+    return watermark_index(decoder, jnp.asarray(probs, jnp.float32), None, seeds)

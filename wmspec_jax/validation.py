@@ -13,9 +13,22 @@ import numpy as np
 PROB_SUM_ATOL = 1e-3  # float32 sums over ~5e4 entries are accurate to ~1e-6
 
 
+def concrete(x):
+    """``x`` as a NumPy array, or None when it is a tracer (under jit/vmap/grad).
+
+    Uses only public JAX errors, so it does not depend on where JAX keeps its
+    tracer classes.
+    """
+    try:
+        return np.asarray(x)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
+            jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError):
+        return None
+
+
 def is_concrete(x) -> bool:
     """True when ``x`` holds values (not a tracer under jit/vmap/grad)."""
-    return not isinstance(x, jax.core.Tracer)
+    return concrete(x) is not None
 
 
 def check_probs(probs, name: str = "probs", atol: float = PROB_SUM_ATOL):

@@ -52,4 +52,4 @@ from wmspec_jax.tradeoff.reference import (
     speculative_sampling_point,
 )
 from wmspec_jax.tradeoff.results import Curve, Point
-from wmspec_jax.tradeoff.zeta import Decoder, gumbel, synthid, synthid_limit
+from wmspec_jax.tradeoff.zeta import WatermarkDecoder, gumbel, synthid, synthid_limit

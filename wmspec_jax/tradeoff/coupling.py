@@ -61,7 +61,7 @@ def check_pair(q, p) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(q, np.float32), np.asarray(p, np.float32)
 
 
-def _coupling_category(decoder: zeta_lib.Decoder, params, key, index):
+def _coupling_category(decoder: zeta_lib.WatermarkDecoder, params, key, index):
     q, p = params
     v = q.shape[-1]
     z = zeta_lib.draw(decoder, key[prf.Stream.DRAFT], index, v)  # one ζ for draft and target
@@ -70,12 +70,12 @@ def _coupling_category(decoder: zeta_lib.Decoder, params, key, index):
     return x * v + y
 
 
-def estimate_coupling(q, p, decoder: zeta_lib.Decoder, key, num_samples: int, **mc_kwargs) -> Coupling:
+def estimate_coupling(q, p, decoder: zeta_lib.WatermarkDecoder, key, num_samples: int, **mc_kwargs) -> Coupling:
     """Monte Carlo estimate of π from ``num_samples`` shared ζ.
 
     Args:
       q, p: float[V] draft and target distributions.
-      decoder: a degenerate :class:`~wmspec_jax.tradeoff.zeta.Decoder`.
+      decoder: a degenerate :class:`~wmspec_jax.decoders.WatermarkDecoder`.
       key: int seed or stream key words (:func:`~wmspec_jax.tradeoff.zeta.run_keys`).
       num_samples: number of ζ samples.
       **mc_kwargs: ``block_size``, ``blocks_per_chunk``, ``devices``, ``progress``

@@ -144,7 +144,7 @@ def google_pair_values(q, p, gammas):
     return se, ws
 
 
-def _curve_name(cls, decoder: zeta_lib.Decoder, published: bool) -> tuple[str, str]:
+def _curve_name(cls, decoder: zeta_lib.WatermarkDecoder, published: bool) -> tuple[str, str]:
     base = "Hu's class" if cls == HU else "Google's class"
     name = f"{cls}_{decoder.name}" + ("_published" if published else "")
     label = f"{base}, {decoder.label}" + (f" — {PUBLISHED_LABEL}" if published else "")
@@ -153,7 +153,7 @@ def _curve_name(cls, decoder: zeta_lib.Decoder, published: bool) -> tuple[str, s
 
 def kernel_curve_from_coupling(
     q, p, coupling: coupling_lib.Coupling, cls: str, gammas, *, published: bool = False,
-    decoder: zeta_lib.Decoder = zeta_lib.Decoder(zeta_lib.GUMBEL),
+    decoder: zeta_lib.WatermarkDecoder = zeta_lib.gumbel(),
 ) -> Curve:
     """Hu's or Google's class for a degenerate decoder, evaluated against π.
 
@@ -213,7 +213,7 @@ def _kernel_stats(static, params, key, index):
 
 
 def kernel_curve_mc(
-    q, p, decoder: zeta_lib.Decoder, cls: str, gammas, key, num_samples: int, *,
+    q, p, decoder: zeta_lib.WatermarkDecoder, cls: str, gammas, key, num_samples: int, *,
     published: bool = False, block_size: int = montecarlo.DEFAULT_BLOCK_SIZE,
     blocks_per_chunk: int | None = None, devices=None, progress=None,
 ) -> Curve:

@@ -243,7 +243,7 @@ def blocks_for(width: int, block_size: int, budget_bytes: int = 256 << 20) -> in
 def linear_frontier_mc(
     q,
     p,
-    decoder: zeta_lib.Decoder,
+    decoder: zeta_lib.WatermarkDecoder,
     key,
     num_samples: int,
     *,

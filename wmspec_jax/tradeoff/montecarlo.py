@@ -156,7 +156,7 @@ def moments(
         words) and returns their statistics. Must be a module-level function (it
         keys the compilation cache).
       static: hashable configuration passed to ``stat_fn`` unchanged (e.g. a
-        :class:`~wmspec_jax.tradeoff.zeta.Decoder`).
+        :class:`~wmspec_jax.decoders.WatermarkDecoder`).
       params: array pytree (distributions, γ grids) passed to ``stat_fn``; a new
         value does not recompile.
       key: an int seed or uint32[3, 2] stream key words (:func:`~wmspec_jax.tradeoff.zeta.run_keys`).

@@ -94,7 +94,7 @@ def kernel_se_degenerate(q, p, agreement: float, gammas) -> np.ndarray:
     return (1.0 - g) * one_minus_tv(q, p) + g * float(agreement)
 
 
-def maintained_point_from_coupling(q, p, coupling: coupling_lib.Coupling, decoder: zeta_lib.Decoder) -> Point:
+def maintained_point_from_coupling(q, p, coupling: coupling_lib.Coupling, decoder: zeta_lib.WatermarkDecoder) -> Point:
     """Both models watermarked with one ζ (degenerate decoder): SE = P(X = Y), WS = E[−log P_Y]."""
     q, p = coupling_lib.check_pair(q, p)
     v = q.size
@@ -116,7 +116,7 @@ def _maintained_stats(decoder, params, key, index):
     return jnp.stack([theory.max_sampling_efficiency(qz, pz), theory.kl_divergence(pz, p)], axis=-1)
 
 
-def maintained_point_mc(q, p, decoder: zeta_lib.Decoder, key, num_samples: int, **mc_kwargs) -> Point:
+def maintained_point_mc(q, p, decoder: zeta_lib.WatermarkDecoder, key, num_samples: int, **mc_kwargs) -> Point:
     """Strength-maintained point for any decoder: SE = E SSE(Q_ζ, P_ζ), WS = E KL(P_ζ || P)."""
     q, p = coupling_lib.check_pair(q, p)
     m = montecarlo.moments(_maintained_stats, decoder, (jnp.asarray(q), jnp.asarray(p)), key, num_samples,
@@ -140,7 +140,7 @@ def _alg1_stats(decoder, params, key, index):
     return jnp.stack([accepted.astype(jnp.float32), -jnp.log(p[out])], axis=-1)
 
 
-def alg1_point_mc(q, p, decoder: zeta_lib.Decoder, key, num_samples: int, **mc_kwargs) -> Point:
+def alg1_point_mc(q, p, decoder: zeta_lib.WatermarkDecoder, key, num_samples: int, **mc_kwargs) -> Point:
     """Monte Carlo of Alg. 1's single step (degenerate decoder): should sit on the optimum."""
     q, p = coupling_lib.check_pair(q, p)
     if not decoder.degenerate:

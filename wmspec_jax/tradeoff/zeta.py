@@ -16,13 +16,14 @@ Streams: ``DRAFT`` holds the ζ shared by draft and target, ``TARGET`` the
 independent ξ of Google's residual (and ζ^T of Alg. 1), ``ACCEPT`` the
 acceptance uniforms of Alg. 1.
 
-Decoders (same math as :mod:`wmspec_jax.decoders`, batched over samples):
+Decoders are :class:`wmspec_jax.decoders.WatermarkDecoder` (the same
+description generation uses), batched over samples here:
 
-* ``Decoder(GUMBEL)`` — Gumbel-max, Eq. (2); ζ = V uniforms in (0, 1).
-* ``Decoder(SYNTHID, m)`` — SynthID tournament with m layers, Eq. (3)-(4);
+* ``WatermarkDecoder(GUMBEL)`` — Gumbel-max, Eq. (2); ζ = V uniforms in (0, 1).
+* ``WatermarkDecoder(SYNTHID, m)`` — SynthID tournament with m layers, Eq. (3)-(4);
   ζ = m·V Bernoulli(1/2) g-values, packed 32 layers per uint32 word and
   unpacked one layer at a time (memory O(V) per sample, not O(m·V)).
-* ``Decoder(SYNTHID_LIMIT, m)`` — SynthID m = ∞ as App. C.1 approximates it:
+* ``WatermarkDecoder(SYNTHID_LIMIT, m)`` — SynthID m = ∞ as App. C.1 approximates it:
   m layers, then the one-hot of the most likely token (a degenerate decoder,
   unbiased up to the finite-m approximation).
 
@@ -32,7 +33,6 @@ independent draw ξ of the same decoder (App. C.2).
 
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -41,72 +41,13 @@ import numpy as np
 from wmspec_jax import decoders as _decoders
 from wmspec_jax import prf
 
-GUMBEL = "gumbel"
-SYNTHID = "synthid"
-SYNTHID_LIMIT = "synthid_limit"
-KINDS = (GUMBEL, SYNTHID, SYNTHID_LIMIT)
-
-
-
-@dataclasses.dataclass(frozen=True)
-class Decoder:
-    """Static description of an unbiased decoder S(P, ζ) used in a trade-off class.
-
-    Attributes:
-      kind: ``"gumbel"``, ``"synthid"`` (finite m) or ``"synthid_limit"``
-        (m = ∞, App. C.1's approximation).
-      num_layers: tournament layers m (SynthID kinds only; for
-        ``synthid_limit`` the layers applied before the one-hot).
-    """
-
-    kind: str = GUMBEL
-    num_layers: int = 30
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"decoder kind must be one of {KINDS}, got {self.kind!r}")
-        if self.kind != GUMBEL and (
-            not isinstance(self.num_layers, int) or isinstance(self.num_layers, bool) or self.num_layers < 1
-        ):
-            raise ValueError(f"SynthID needs an integer num_layers >= 1, got {self.num_layers!r}")
-        if self.kind == GUMBEL:
-            # Canonical form, so equal decoders hash equally (the MC caches key on it).
-            object.__setattr__(self, "num_layers", 0)
-
-    @property
-    def degenerate(self) -> bool:
-        """True when S(P, ζ) is a point mass for every ζ (Thm 3.2's equality case)."""
-        return self.kind in (GUMBEL, SYNTHID_LIMIT)
-
-    @property
-    def name(self) -> str:
-        """Short identifier for file names and JSON keys."""
-        if self.kind == GUMBEL:
-            return "gumbel"
-        if self.kind == SYNTHID:
-            return f"synthid_m{self.num_layers}"
-        return f"synthid_inf_m{self.num_layers}"
-
-    @property
-    def label(self) -> str:
-        """Human-readable label for plots."""
-        if self.kind == GUMBEL:
-            return "Gumbel-max"
-        if self.kind == SYNTHID:
-            return f"SynthID (m={self.num_layers})"
-        return "SynthID (m=∞)"
-
-
-def gumbel() -> Decoder:
-    return Decoder(GUMBEL)
-
-
-def synthid(num_layers: int = 30) -> Decoder:
-    return Decoder(SYNTHID, num_layers)
-
-
-def synthid_limit(num_layers: int = 30) -> Decoder:
-    return Decoder(SYNTHID_LIMIT, num_layers)
+# One decoder description for generation, detection and the curves.
+GUMBEL, SYNTHID, SYNTHID_LIMIT = _decoders.GUMBEL, _decoders.SYNTHID, _decoders.SYNTHID_LIMIT
+KINDS = _decoders.DECODER_KINDS
+WatermarkDecoder = _decoders.WatermarkDecoder
+gumbel = _decoders.gumbel
+synthid = _decoders.synthid_decoder
+synthid_limit = _decoders.synthid_limit_decoder
 
 
 def _num_words(num_layers: int) -> int:
@@ -131,7 +72,7 @@ def seeds(stream_key: jax.Array, index: jax.Array) -> jax.Array:
     return prf.context_seeds(stream_key, jnp.asarray(index, jnp.uint32)[:, None])
 
 
-def draw(decoder: Decoder, stream_key: jax.Array, index: jax.Array, vocab_size: int) -> jax.Array:
+def draw(decoder: WatermarkDecoder, stream_key: jax.Array, index: jax.Array, vocab_size: int) -> jax.Array:
     """ζ of the samples ``index`` in one stream.
 
     Args:
@@ -152,20 +93,10 @@ def draw(decoder: Decoder, stream_key: jax.Array, index: jax.Array, vocab_size: 
 
 
 def _tournament(probs: jax.Array, words: jax.Array, num_layers: int) -> jax.Array:
-    """T_{g_m} ∘ ... ∘ T_{g_1}(P), Eq. (3), unpacking one layer of g per step.
-
-    Args:
-      probs: float[..., V] (broadcast against the samples).
-      words: uint32[n, V, W] packed g-values.
-    """
+    """T_{g_m} ∘ ... ∘ T_{g_1}(P), Eq. (3), on packed g-values uint32[n, V, W]
+    (probs float[..., V] broadcast against the samples)."""
     p = jnp.broadcast_to(jnp.asarray(probs, jnp.float32), words.shape[:-1])
-
-    def body(layer, p):
-        word = jax.lax.dynamic_index_in_dim(words, layer // 32, axis=-1, keepdims=False)
-        g = ((word >> (layer % 32).astype(jnp.uint32)) & jnp.uint32(1)).astype(jnp.float32)
-        return _decoders.tournament_layer(p, g)
-
-    return jax.lax.fori_loop(0, num_layers, body, p)
+    return _decoders.tournament_packed(p, words, num_layers)
 
 
 def unpack_gvalues(words: jax.Array, num_layers: int) -> jax.Array:
@@ -177,7 +108,7 @@ def unpack_gvalues(words: jax.Array, num_layers: int) -> jax.Array:
     return jnp.swapaxes(g, -1, -2).astype(jnp.float32)
 
 
-def decode(decoder: Decoder, probs: jax.Array, zeta: jax.Array) -> jax.Array:
+def decode(decoder: WatermarkDecoder, probs: jax.Array, zeta: jax.Array) -> jax.Array:
     """S(P, ζ) for a batch of ζ: float32[n, V].
 
     Args:
@@ -191,7 +122,7 @@ def decode(decoder: Decoder, probs: jax.Array, zeta: jax.Array) -> jax.Array:
     return jax.nn.one_hot(token(decoder, p, zeta), v, dtype=jnp.float32)
 
 
-def token(decoder: Decoder, probs: jax.Array, zeta: jax.Array) -> jax.Array:
+def token(decoder: WatermarkDecoder, probs: jax.Array, zeta: jax.Array) -> jax.Array:
     """The token of a degenerate decoder: int32[n] with S(P, ζ) = δ_token.
 
     Raises:
@@ -201,7 +132,7 @@ def token(decoder: Decoder, probs: jax.Array, zeta: jax.Array) -> jax.Array:
     if decoder.kind == GUMBEL:
         return _decoders.gumbel_max_token(jnp.log(p), zeta)
     if decoder.kind == SYNTHID_LIMIT:
-        return jnp.argmax(_tournament(p, zeta, decoder.num_layers), axis=-1).astype(jnp.int32)
+        return _decoders.first_argmax(_tournament(p, zeta, decoder.num_layers))
     raise ValueError(f"{decoder.label} is not degenerate; it has no single output token")
 
 
@@ -209,7 +140,7 @@ __all__ = [
     "GUMBEL",
     "SYNTHID",
     "SYNTHID_LIMIT",
-    "Decoder",
+    "WatermarkDecoder",
     "run_keys",
     "seeds",
     "gumbel",

@@ -1,0 +1,145 @@
+"""A processed next-token distribution on the tokens it can emit.
+
+After temperature and top-k (:func:`wmspec_jax.decoders.process_logits`) a
+distribution lives on its *candidates*: the k tokens of top-k, the argmax at
+temperature 0, or the whole vocabulary otherwise. The generation loop keeps
+only the candidates, so every watermark decoder, sampler and residual costs
+O(k) per position instead of O(V) (with the paper's SynthID setting, top-k =
+100 and V = 32000, that is 320x less hashing and tournament work):
+
+* gather: ``ids`` are the candidate token ids in ascending order, ``logp``
+  their normalised log-probabilities;
+* decode: a decoder runs on the candidates and returns a candidate index;
+* scatter: the token is ``ids[index]``.
+
+Candidates are sorted by token id, so the inverse-CDF order and Gumbel-max's
+tie-break (lowest id) are those of the full-vocabulary computation, and the
+decoders give the distribution of the full-vocabulary decoder restricted to
+the support (tokens outside it have P_w = 0 and can never be drawn).
+
+Without top-k at T > 0 the candidates are the whole vocabulary and ``ids`` is
+``None`` (``arange(V)`` is implied and never materialised).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from wmspec_jax import decoders, theory
+
+
+class Candidates(NamedTuple):
+    """A processed distribution on its candidate tokens.
+
+    Attributes:
+      logp: float32[..., C] normalised log-probabilities (−inf: probability 0).
+      ids: int32[..., C] ascending token ids, or None when C = V (all tokens).
+    """
+
+    logp: jax.Array
+    ids: Optional[jax.Array]
+
+    @property
+    def size(self) -> int:
+        return self.logp.shape[-1]
+
+
+def from_logits(logits: jax.Array, temperature: float, top_k: Optional[int]) -> Candidates:
+    """Temperature and top-k on float32[..., V] logits, kept on the support.
+
+    Same distribution as :func:`wmspec_jax.decoders.process_logits` (exactly
+    k tokens under top-k; the first argmax at temperature 0).
+
+    Args:
+      logits: float[..., V].
+      temperature: static float >= 0.
+      top_k: static int in [1, V] or None.
+    """
+    x = jnp.asarray(logits, jnp.float32)
+    if temperature == 0:
+        top = decoders.first_argmax(x)[..., None]
+        return Candidates(jnp.zeros(top.shape, jnp.float32), top)
+    if top_k is None:
+        return Candidates(jax.nn.log_softmax(x / temperature, axis=-1), None)
+    values, ids = jax.lax.top_k(x, top_k)  # ties: lower ids first, as jnp.argmax
+    order = jnp.argsort(ids, axis=-1)
+    ids = jnp.take_along_axis(ids, order, axis=-1).astype(jnp.int32)
+    values = jnp.take_along_axis(values, order, axis=-1)
+    return Candidates(jax.nn.log_softmax(values / temperature, axis=-1), ids)
+
+
+def token_ids(c: Candidates, index: jax.Array) -> jax.Array:
+    """The token ids of candidate indices: int32 like ``index`` (shape [...] or [..., N])."""
+    if c.ids is None:
+        return index.astype(jnp.int32)
+    squeeze = index.ndim == c.ids.ndim - 1
+    idx = index[..., None] if squeeze else index
+    out = jnp.take_along_axis(c.ids, idx, axis=-1)
+    return out[..., 0] if squeeze else out
+
+
+def log_prob(c: Candidates, tokens: jax.Array) -> jax.Array:
+    """log P(token) for arbitrary token ids int[..., N]: float32[..., N] (−inf off the support)."""
+    tokens = jnp.asarray(tokens, jnp.int32)
+    if c.ids is None:
+        return jnp.take_along_axis(c.logp, tokens, axis=-1)
+    # ids are sorted: the position of a token is the count of smaller ids
+    pos = jnp.sum(c.ids[..., None, :] < tokens[..., :, None], axis=-1)
+    pos = jnp.minimum(pos, c.size - 1)
+    found = jnp.take_along_axis(c.ids, pos, axis=-1) == tokens
+    return jnp.where(found, jnp.take_along_axis(c.logp, pos, axis=-1), -jnp.inf)
+
+
+def probs(c: Candidates) -> jax.Array:
+    """float32[..., C] candidate probabilities."""
+    return jnp.exp(c.logp)
+
+
+def is_one_hot(weights: jax.Array) -> jax.Array:
+    """bool[...]: exactly one candidate has positive probability (no watermark possible)."""
+    return jnp.sum(weights > 0, axis=-1) == 1
+
+
+def residual(p: Candidates, q: Candidates) -> jax.Array:
+    """Weights of the normalised residual (P − Q)+ on P's candidates (Alg. 1 line 12).
+
+    (P − Q)+ vanishes outside P's support, so P's candidates hold all of it.
+    Uses :func:`wmspec_jax.theory.residual` (P itself when the mass is ~0).
+
+    Returns:
+      float32[..., C] on ``p.ids`` (a distribution to sample from).
+    """
+    if p.ids is None and q.ids is None:
+        q_on_p = jnp.exp(q.logp)
+    else:
+        q_on_p = jnp.exp(log_prob(q, p.ids if p.ids is not None else _all_ids(p)))
+    return theory.residual(jnp.exp(p.logp), q_on_p)
+
+
+def _all_ids(c: Candidates) -> jax.Array:
+    return jnp.broadcast_to(jnp.arange(c.size, dtype=jnp.int32), c.logp.shape)
+
+
+def take(c: Candidates, index: jax.Array, axis: int) -> Candidates:
+    """Selects one entry per row along ``axis`` (e.g. the position j of the
+    first rejection among K + 1 verified positions): index int32[B]."""
+
+    def pick(x):
+        idx = jnp.expand_dims(index, tuple(range(1, x.ndim)))
+        return jnp.take_along_axis(x, idx, axis=axis).squeeze(axis)
+
+    return Candidates(pick(c.logp), None if c.ids is None else pick(c.ids))
+
+
+def to_dense(c: Candidates, vocab_size: int) -> jax.Array:
+    """float32[..., V] probabilities on the whole vocabulary (for tests and checks)."""
+    p = jnp.exp(c.logp)
+    if c.ids is None:
+        return p
+    flat_ids = c.ids.reshape(-1, c.size)
+    rows = jnp.arange(flat_ids.shape[0])[:, None]
+    dense = jnp.zeros((flat_ids.shape[0], vocab_size), jnp.float32).at[rows, flat_ids].set(p.reshape(-1, c.size))
+    return dense.reshape(c.logp.shape[:-1] + (vocab_size,))

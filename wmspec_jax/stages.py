@@ -1,0 +1,464 @@
+"""The stages of one step of the generation loop, in the order of Alg. 1.
+
+One step of every method (:mod:`wmspec_jax.methods`) is
+
+==============  ===============================================  =================
+stage           what it does                                     Alg. 1
+==============  ===============================================  =================
+:func:`draft`   K tokens from Q (watermarked with ζ^D or plain)  lines 3-5
+:func:`verify`  one target forward over the K + 1 prefixes       line 6
+:func:`accept`  u_s < min(1, P(d_s) / Q(d_s)), leading accepts  lines 7-11
+:func:`resample`residual (P − Q)+ at the first rejection, or a  lines 12, 15-17
+                bonus token from P (watermarked with ζ^T or not)
+:func:`commit`  write the accepted tokens and their records,     —
+                stop at EOS or the token budget
+:func:`rollback`move the caches' length pointers back            —
+==============  ===============================================  =================
+
+A non-speculative method (K = 0) runs :func:`verify` on the last token and
+:func:`resample`'s bonus branch: plain decoding with or without ζ^T.
+
+Every stage is a pure function of arrays; the static choices (models,
+:class:`Static`) are Python values, so a method compiles only the work it
+uses. Acceptance compares the *unwatermarked*, temperature/top-k processed
+P and Q in log space, in float32. Positions whose context was already seen
+(:mod:`wmspec_jax.context`) use true randomness in every stream.
+
+Invariants of :class:`LoopState` (per row): ``n`` tokens are committed
+(prompt + generated); the target's cache holds the first ``n - 1`` of them
+and the draft's the first ``n - 1`` or ``n - 2`` (the "pending" tokens are
+fed at the start of the next step). Positions ``>= n`` of the token buffer
+are scratch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+
+from wmspec_jax import candidates, context, decoders, methods, prf, sampling
+from wmspec_jax.candidates import Candidates
+from wmspec_jax.lm import LanguageModel
+from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Everything a step needs that is fixed at compile time (hashable).
+
+    Attributes:
+      method: what is watermarked and where u comes from.
+      decoder: the watermark decoder.
+      lookahead: K (0 for non-speculative methods).
+      temperature: float >= 0; top_k: int or None (applied to P and Q alike).
+      context_width: h.
+      max_new_tokens: per-row budget.
+      eos_id: stop a row after this token (None: never).
+    """
+
+    method: methods.Method
+    decoder: decoders.WatermarkDecoder
+    lookahead: int
+    temperature: float
+    top_k: Optional[int]
+    context_width: int
+    max_new_tokens: int
+    eos_id: Optional[int]
+
+    def process(self, logits: jax.Array) -> Candidates:
+        return candidates.from_logits(logits, self.temperature, self.top_k)
+
+
+class Inputs(NamedTuple):
+    """Per-call arrays the stages read (fixed during the loop).
+
+    Attributes:
+      target_params, draft_params: model params (draft None without speculation).
+      keys: uint32[B, NUM_STREAMS, 2] per-row stream keys.
+      words: uint32[B, 2] per-row true-randomness words.
+      start: int32[B] prompt lengths (first watermarked position).
+    """
+
+    target_params: Any
+    draft_params: Any
+    keys: jax.Array
+    words: jax.Array
+    start: jax.Array
+
+
+class Records(NamedTuple):
+    """Per-position records of the generated text, each [B, L].
+
+    Attributes:
+      source: int8 SOURCE_* (:mod:`wmspec_jax.sources`).
+      watermarked: bool, drawn from a watermark stream from a non-one-hot
+        distribution (False at repeated contexts and for unwatermarked draws).
+      accept_u: float32 u compared with min(1, P/Q) there (NaN: no test).
+      accept_prob: float32 min(1, P/Q) of the draft proposed there (NaN: none).
+    """
+
+    source: jax.Array
+    watermarked: jax.Array
+    accept_u: jax.Array
+    accept_prob: jax.Array
+
+
+class LoopState(NamedTuple):
+    """State carried through the ``lax.while_loop`` (see the module invariants).
+
+    Attributes:
+      tokens: int32[B, L] committed tokens, then scratch.
+      n: int32[B] committed tokens per row.
+      done: bool[B] rows that hit EOS or their budget.
+      target_cache, draft_cache: the models' caches (draft None for K = 0).
+      records: :class:`Records`.
+      num_steps: int32[B] steps that emitted tokens.
+      tokens_per_step: int32[B, max_new_tokens] tokens emitted at each step.
+      nonfinite: bool[B] a model produced NaN or +inf logits for the row.
+    """
+
+    tokens: jax.Array
+    n: jax.Array
+    done: jax.Array
+    target_cache: Any
+    draft_cache: Any
+    records: Records
+    num_steps: jax.Array
+    tokens_per_step: jax.Array
+    nonfinite: jax.Array
+
+
+class Drafts(NamedTuple):
+    """Output of :func:`draft`.
+
+    Attributes:
+      tokens: int32[B, L] buffer with the K drafts at positions n .. n + K − 1.
+      drafted: int32[B, K] the draft tokens d_1..d_K.
+      q: Candidates [B, K, C] the processed draft distributions Q_s.
+      log_q: float32[B, K] log Q_s(d_s).
+      fresh: bool[B, K] the position's context is new (watermark-eligible);
+        all False when the method needs no contexts.
+      watermarked: bool[B, K] records of the drafts.
+      cache: the draft cache (holds positions < n + K − 1).
+      nonfinite: bool[B].
+    """
+
+    tokens: jax.Array
+    drafted: jax.Array
+    q: Candidates
+    log_q: jax.Array
+    fresh: jax.Array
+    watermarked: jax.Array
+    cache: Any
+    nonfinite: jax.Array
+
+
+# ---------------------------------------------------------------------------
+# Buffer helpers
+# ---------------------------------------------------------------------------
+
+
+def row_slice(x: jax.Array, start: jax.Array, size: int) -> jax.Array:
+    """x[b, start[b] : start[b] + size] for every row (callers leave slack: no clamping)."""
+    return jax.vmap(lambda row, s: jax.lax.dynamic_slice_in_dim(row, s, size))(x, start)
+
+
+def row_update(x: jax.Array, start: jax.Array, window: jax.Array) -> jax.Array:
+    """x with x[b, start[b] : start[b] + w] = window[b] for every row."""
+    return jax.vmap(lambda row, s, w: jax.lax.dynamic_update_slice_in_dim(row, w, s, 0))(x, start, window)
+
+
+def set_at(x: jax.Array, pos: jax.Array, value: jax.Array) -> jax.Array:
+    """x with x[b, pos[b]] = value[b]."""
+    return x.at[jnp.arange(x.shape[0]), pos].set(value)
+
+
+def has_nonfinite(logits: jax.Array, axes) -> jax.Array:
+    """bool: NaN or +inf anywhere over ``axes`` (−inf is a legitimate logit)."""
+    return ~jnp.all(jnp.isfinite(logits) | jnp.isneginf(logits), axis=axes)
+
+
+def _is_new_context(st: Static, tokens, positions, inputs: Inputs) -> jax.Array:
+    return context.is_new_context(tokens, positions, inputs.start, st.context_width)
+
+
+def _seeds(st: Static, inputs: Inputs, stream: int, tokens, positions) -> jax.Array:
+    return sampling.position_seeds(inputs.keys, stream, tokens, positions, st.context_width)
+
+
+# ---------------------------------------------------------------------------
+# Stages
+# ---------------------------------------------------------------------------
+
+
+def draft(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array) -> Drafts:
+    """Draft K tokens from Q, watermarked with ζ^D when the method says so (Alg. 1 lines 3-5).
+
+    The first forward feeds the 1-2 "pending" tokens the draft cache lacks;
+    the K-th draft's own forward is skipped (its logits are never needed).
+    """
+    k = st.lookahead
+    method = st.method
+    # contexts matter for a watermarked draft and for pseudorandom acceptance
+    need_fresh = method.watermark_draft or method.pseudorandom_acceptance
+    cached = model.cache_lengths(cache)
+    logits, cache = model.step(inputs.draft_params, cache, row_slice(tokens, cached, 2), n - cached)
+    logits = jnp.take_along_axis(logits, (n - cached - 1)[:, None, None], axis=1)[:, 0]
+    nonfinite = jnp.zeros(n.shape, bool)
+    per_pos = []
+    for s in range(k):  # K is small and static: unrolled
+        pos = n + s
+        nonfinite = nonfinite | has_nonfinite(logits, -1)
+        q = st.process(logits)
+        weights = candidates.probs(q)
+        fresh = _is_new_context(st, tokens, pos, inputs) if need_fresh else jnp.zeros(n.shape, bool)
+        seeds = _seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
+        index, watermarked = sampling.draw(
+            st.decoder, weights, q.ids, seeds, sampling.true_uniforms(inputs.words, pos, sampling.PURPOSE_DRAFT),
+            fresh if method.watermark_draft else None)
+        token = candidates.token_ids(q, index)
+        tokens = set_at(tokens, pos, token)
+        log_q = jnp.take_along_axis(q.logp, index[:, None], axis=-1)[:, 0]
+        per_pos.append((token, q, log_q, fresh, watermarked))
+        if s < k - 1:
+            logits, cache = model.step(inputs.draft_params, cache, token[:, None], jnp.ones_like(n))
+            logits = logits[:, 0]
+    stack = lambda xs: jnp.stack(xs, axis=1)  # noqa: E731
+    drafted, qs, log_q, fresh, watermarked = zip(*per_pos)
+    q = Candidates(stack([c.logp for c in qs]), None if qs[0].ids is None else stack([c.ids for c in qs]))
+    return Drafts(tokens, stack(drafted), q, stack(log_q), stack(fresh), stack(watermarked), cache, nonfinite)
+
+
+def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array):
+    """One target forward over the last committed token and the K drafts (Alg. 1 line 6).
+
+    Returns:
+      (Candidates [B, K + 1, C]: P after w_{1:n}, after d_1, ..., after d_{1:K};
+      the target cache; bool[B] nonfinite logits).
+    """
+    k = st.lookahead
+    logits, cache = model.step(inputs.target_params, cache, row_slice(tokens, n - 1, k + 1),
+                               jnp.full_like(n, k + 1))
+    return st.process(logits), cache, has_nonfinite(logits, (1, 2))
+
+
+def acceptance_uniforms(st: Static, inputs: Inputs, tokens: jax.Array, n: jax.Array, fresh: jax.Array) -> jax.Array:
+    """u_{n+s}, s = 1..K: from the ACCEPT stream ζ^R at new contexts for Alg. 1
+    (line 6's key difference), true-random otherwise: float32[B, K]."""
+    positions = n[:, None] + jnp.arange(st.lookahead)[None]
+    true_u = jax.vmap(lambda p: sampling.true_uniforms(inputs.words, p, sampling.PURPOSE_ACCEPT), 1, 1)(positions)
+    if not st.method.pseudorandom_acceptance:
+        return true_u
+    seeds = jax.vmap(lambda p: _seeds(st, inputs, prf.Stream.ACCEPT, tokens, p), 1, 1)(positions)
+    return jnp.where(fresh, prf.position_uniforms(seeds), true_u)
+
+
+def accept(p: Candidates, drafts: Drafts, u: jax.Array):
+    """Accept d_s while u_s < min(1, P(d_s) / Q(d_s)) (Alg. 1 lines 7-11), in log space.
+
+    Args:
+      p: Candidates [B, K + 1, C] from :func:`verify`.
+      drafts: :class:`Drafts`.
+      u: float32[B, K].
+
+    Returns:
+      (int32[B] j, the number of leading accepted drafts; float32[B, K]
+      min(1, P(d_s) / Q(d_s))).
+    """
+    k = drafts.drafted.shape[1]
+    p_drafts = Candidates(p.logp[:, :k], None if p.ids is None else p.ids[:, :k])
+    log_p = candidates.log_prob(p_drafts, drafts.drafted[..., None])[..., 0]
+    log_ratio = log_p - drafts.log_q
+    accepted = jnp.log(u) < log_ratio
+    j = jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=1), axis=1)
+    return j.astype(jnp.int32), jnp.exp(jnp.minimum(log_ratio, 0.0))
+
+
+def resample(st: Static, inputs: Inputs, p: Candidates, drafts: Optional[Drafts], j: jax.Array,
+              tokens: jax.Array, n: jax.Array):
+    """The token after the accepted drafts (Alg. 1 lines 12 and 15-17).
+
+    At the first rejection (j < K): the normalised residual (P_j − Q_j)+,
+    from ζ^T when the method watermarks residuals. After K acceptances (or
+    always, for K = 0): a bonus token from P_K, from ζ^T when the method
+    watermarks the target.
+
+    Returns:
+      (int32[B] token, int8[B] source, bool[B] watermarked record).
+    """
+    k = st.lookahead
+    method = st.method
+    position = n + j
+    p_final = candidates.take(p, j, axis=1)
+    bonus_weights = candidates.probs(p_final)
+    if k > 0:
+        rejected = j < k
+        q_rejected = candidates.take(drafts.q, jnp.minimum(j, k - 1), axis=1)
+        weights = jnp.where(rejected[:, None], candidates.residual(p_final, q_rejected), bonus_weights)
+        source = jnp.where(rejected, SOURCE_RESIDUAL, SOURCE_TARGET).astype(jnp.int8)
+    else:
+        rejected = jnp.zeros(n.shape, bool)
+        weights = bonus_weights
+        source = jnp.full(n.shape, SOURCE_TARGET, jnp.int8)
+    watermark_any = method.watermark_residual or method.watermark_target
+    seeds = use = None
+    if watermark_any:
+        fresh = _is_new_context(st, tokens, position, inputs)
+        if k > 0 and method.watermark_residual:
+            # the rejected draft's position: its context is the draft stage's
+            fresh = jnp.where(rejected, jnp.take_along_axis(drafts.fresh, jnp.minimum(j, k - 1)[:, None], 1)[:, 0],
+                              fresh)
+        use = fresh & jnp.where(rejected, method.watermark_residual, method.watermark_target)
+        seeds = _seeds(st, inputs, prf.Stream.TARGET, tokens, position)
+    uniform = sampling.true_uniforms(inputs.words, position, sampling.PURPOSE_TARGET)
+    index, watermarked = sampling.draw(st.decoder, weights, p_final.ids, seeds, uniform, use)
+    return candidates.token_ids(p_final, index), source, watermarked
+
+
+def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: jax.Array,
+           final_token: jax.Array, final_source: jax.Array, final_watermarked: jax.Array,
+           drafts: Optional[Drafts], u: Optional[jax.Array], accept_prob: Optional[jax.Array]) -> LoopState:
+    """Writes the step's j + 1 tokens and their records, truncated by EOS and the budget.
+
+    Args:
+      tokens: int32[B, L] buffer holding the drafts (from :func:`draft`).
+      j: int32[B] accepted drafts; final_*: the :func:`resample` outputs.
+      drafts, u, accept_prob: the speculative records (None for K = 0).
+
+    Returns:
+      The new :class:`LoopState` with the caches unchanged (see :func:`rollback`).
+    """
+    k = st.lookahead
+    n = state.n
+    tokens = set_at(tokens, n + j, final_token)
+    window = row_slice(tokens, n, k + 1)
+    idx = jnp.arange(k + 1)[None]
+    emitted = j + 1
+    if st.eos_id is not None:
+        is_eos = (window == st.eos_id) & (idx < emitted[:, None])
+        emitted = jnp.where(jnp.any(is_eos, axis=1), decoders.first_argmax(is_eos) + 1, emitted)
+    remaining = st.max_new_tokens - (n - inputs.start)
+    emitted = jnp.where(state.done, 0, jnp.minimum(emitted, remaining))
+    keep = idx < emitted[:, None]
+    hit_eos = jnp.zeros(n.shape, bool)
+    if st.eos_id is not None:
+        hit_eos = jnp.any((window == st.eos_id) & keep, axis=1)
+
+    is_final = idx == j[:, None]
+    source = jnp.where(is_final, final_source[:, None], jnp.int8(SOURCE_DRAFT))
+    if k > 0:
+        pad = lambda x, fill: jnp.concatenate([x, jnp.full((x.shape[0], 1), fill, x.dtype)], axis=1)  # noqa: E731
+        watermarked = jnp.where(is_final, final_watermarked[:, None], pad(drafts.watermarked, False))
+        tested = (idx <= jnp.minimum(j, k - 1)[:, None]) & (idx < k)  # an acceptance test ran here
+        window_u = jnp.where(tested, pad(u, jnp.nan), jnp.nan)
+        window_prob = jnp.where(tested, pad(accept_prob, jnp.nan), jnp.nan)
+    else:
+        watermarked = final_watermarked[:, None]
+        window_u = window_prob = None  # no test: the records stay NaN
+
+    def write(record, values):
+        if values is None:
+            return record
+        old = row_slice(record, n, k + 1)
+        return row_update(record, n, jnp.where(keep, values.astype(record.dtype), old))
+
+    rec = state.records
+    records = Records(write(rec.source, source), write(rec.watermarked, watermarked),
+                      write(rec.accept_u, window_u), write(rec.accept_prob, window_prob))
+    new_n = n + emitted
+    active = emitted > 0
+    step_idx = jnp.minimum(state.num_steps, st.max_new_tokens - 1)
+    return state._replace(
+        tokens=tokens,
+        n=new_n,
+        done=state.done | hit_eos | (new_n - inputs.start >= st.max_new_tokens),
+        records=records,
+        num_steps=state.num_steps + active.astype(jnp.int32),
+        tokens_per_step=state.tokens_per_step.at[jnp.arange(n.shape[0]), step_idx].add(emitted),
+    )
+
+
+def rollback(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel], target_cache, draft_cache,
+             old: LoopState, j: jax.Array) -> tuple[Any, Any]:
+    """Moves the caches' length pointers back to the accepted prefix (never copies a cache).
+
+    The target keeps the committed tokens but the last (n + j, where j
+    counts the accepted drafts of a step that started at n); the draft keeps
+    what it has of that prefix. Rows that emitted nothing (done) keep their
+    old lengths.
+
+    Returns:
+      (target cache, draft cache).
+    """
+    active = ~old.done
+    keep = old.n + j
+    target_cache = target.rewind(
+        target_cache, jnp.where(active, keep, target.cache_lengths(old.target_cache)))
+    if st.lookahead > 0:
+        draft_len = jnp.minimum(draft_model.cache_lengths(draft_cache), keep)
+        draft_cache = draft_model.rewind(
+            draft_cache, jnp.where(active, draft_len, draft_model.cache_lengths(old.draft_cache)))
+    return target_cache, draft_cache
+
+
+def step(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel], inputs: Inputs,
+         state: LoopState) -> LoopState:
+    """One step of the loop: draft → verify → accept → resample → commit → rollback."""
+    k = st.lookahead
+    n, tokens = state.n, state.tokens
+    drafts = u = accept_prob = None
+    draft_cache = state.draft_cache
+    nonfinite = jnp.zeros(n.shape, bool)
+    if k > 0:
+        drafts = draft(st, draft_model, inputs, draft_cache, tokens, n)
+        tokens, draft_cache, nonfinite = drafts.tokens, drafts.cache, drafts.nonfinite
+    p, target_cache, target_nonfinite = verify(st, target, inputs, state.target_cache, tokens, n)
+    nonfinite = nonfinite | target_nonfinite
+    if k > 0:
+        u = acceptance_uniforms(st, inputs, tokens, n, drafts.fresh)
+        j, accept_prob = accept(p, drafts, u)
+    else:
+        j = jnp.zeros_like(n)
+    final_token, final_source, final_watermarked = resample(st, inputs, p, drafts, j, tokens, n)
+    new = commit(st, inputs, state, tokens, j, final_token, final_source, final_watermarked, drafts, u, accept_prob)
+    target_cache, draft_cache = rollback(st, target, draft_model, target_cache, draft_cache, state, j)
+    return new._replace(target_cache=target_cache, draft_cache=draft_cache,
+                        nonfinite=state.nonfinite | (nonfinite & ~state.done))
+
+
+def initial_state(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel], inputs: Inputs,
+                  prompts: jax.Array, pad_id: int) -> LoopState:
+    """Prefill: the prompts in the token buffer, every prompt token but the last
+    in each cache (the last is fed by the first step), empty records."""
+    bsz, p_max = prompts.shape
+    buf_len = buffer_length(st, p_max)
+    in_prompt = jnp.arange(buf_len)[None] < inputs.start[:, None]
+    tokens = jnp.full((bsz, buf_len), pad_id, jnp.int32).at[:, :p_max].set(prompts)
+    tokens = jnp.where(in_prompt, tokens, pad_id)
+
+    def prefill(model, params):
+        cache = model.init_cache(bsz, buf_len)
+        if p_max > 1:
+            _, cache = model.step(params, cache, tokens[:, : p_max - 1], inputs.start - 1)
+        return cache
+
+    nan = jnp.full((bsz, buf_len), jnp.nan, jnp.float32)
+    return LoopState(
+        tokens=tokens,
+        n=inputs.start,
+        done=jnp.zeros((bsz,), bool),
+        target_cache=prefill(target, inputs.target_params),
+        draft_cache=prefill(draft_model, inputs.draft_params) if st.lookahead > 0 else None,
+        records=Records(jnp.full((bsz, buf_len), SOURCE_NONE, jnp.int8), jnp.zeros((bsz, buf_len), bool), nan, nan),
+        num_steps=jnp.zeros((bsz,), jnp.int32),
+        tokens_per_step=jnp.zeros((bsz, st.max_new_tokens), jnp.int32),
+        nonfinite=jnp.zeros((bsz,), bool),
+    )
+
+
+def buffer_length(st: Static, prompt_width: int) -> int:
+    """Token buffer length: prompt + budget + K + 2 slack (windows never clamp)."""
+    return prompt_width + st.max_new_tokens + st.lookahead + 2
