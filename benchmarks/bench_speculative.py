@@ -8,7 +8,11 @@ are robust to a machine's background load even when absolute times are not.
 
 Reported ratios (also in the JSON, under ``ratios``):
 
-* ``plain_step / bare_decode_step``: the loop's overhead over the model;
+* plain decoding through ``generate`` against the same model work done by
+  hand (a jitted prefill and jitted cached decode steps with the cache
+  donated): the whole call over prefill + steps x decode step, and the
+  marginal cost of one loop step (runs at the budget and at half of it)
+  over one decode step — the loop's overhead over the model;
 * ``<method> / standard`` per token;
 * per step, each watermarking method over the same method without a
   watermark (``basic / plain``; ``hu``, ``dathathri``, ``pseudorandom`` over
@@ -23,6 +27,7 @@ the paper's PyTorch code. Writes ``--output`` (JSON) atomically and prints a
 table.
 """
 
+import dataclasses
 import os
 import sys
 import time
@@ -81,14 +86,30 @@ def load_pair():
     return name, target, tp, draft, dp, prompts, np.full(b, p, np.int32)
 
 
-def bare_decode(target, params, batch: int, context: int, capacity: int):
-    """A jitted cached decode step (T = 1) of the target at ``context`` tokens, and its arguments."""
-    cache = target.init_cache(batch, capacity)
-    cache = target.rewind(cache, jnp.full((batch,), context, jnp.int32))
-    fn = jax.jit(target.step)
-    args = (params, cache, jnp.ones((batch, 1), jnp.int32), jnp.ones((batch,), jnp.int32))
-    jax.block_until_ready(fn(*args))
-    return fn, args
+def bare_model_calls(target, params, prompts, lengths, capacity: int):
+    """The model work of plain decoding done by hand: a jitted prefill and a jitted
+    cached decode step (T = 1, cache donated and fed back, as a hand-written
+    decode loop would), with their arguments."""
+    bsz, width = prompts.shape
+    prefill = jax.jit(lambda p, t, n: target.step(p, target.init_cache(bsz, capacity), t, n)[1])
+    prefill_args = (params, jnp.asarray(prompts[:, : width - 1]), jnp.asarray(lengths - 1))
+    cache = jax.block_until_ready(prefill(*prefill_args))
+    decode = jax.jit(lambda p, c, t: target.step(p, c, t, jnp.ones((bsz,), jnp.int32)), donate_argnums=1)
+    token = jnp.ones((bsz, 1), jnp.int32)
+    context = np.asarray(target.cache_lengths(cache))  # a host copy: the cache is donated
+
+    def decode_steps(count: int) -> float:
+        """Seconds per step over ``count`` consecutive steps from the prompt's cache."""
+        nonlocal cache
+        cache = target.rewind(cache, jnp.asarray(context))
+        t0 = time.perf_counter()
+        for _ in range(count):
+            _, cache = decode(params, cache, token)
+        jax.block_until_ready(cache)
+        return (time.perf_counter() - t0) / count
+
+    decode_steps(2)  # compile
+    return (lambda: jax.block_until_ready(prefill(*prefill_args))), decode_steps
 
 
 def main(argv):
@@ -110,15 +131,25 @@ def main(argv):
         speculative.precompile(*args, **extra)
         print(f"compiled {method} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
         calls[method] = (args, extra)
-    context = int(np.max(lengths)) + FLAGS.max_new_tokens // 2
-    decode_fn, decode_args = bare_decode(target, tp, bsz, context, int(prompts.shape[1]) + FLAGS.max_new_tokens + 8)
-    decode_reps = 5
+    # plain decoding again at half the budget: the difference of the two is the
+    # marginal cost of a loop step, free of the prefill and the call's fixed costs
+    half = None
+    if "plain" in calls:
+        args, extra = calls["plain"]
+        half_cfg = dataclasses.replace(args[-1], max_new_tokens=max(1, FLAGS.max_new_tokens // 2))
+        half = (args[:-1] + (half_cfg,), extra)
+        speculative.precompile(*half[0], **half[1])
+    prefill, decode_steps = bare_model_calls(target, tp, prompts, lengths,
+                                             int(prompts.shape[1]) + FLAGS.max_new_tokens + 8)
 
-    times = {m: [] for m in calls}
-    times["bare_decode"] = []
+    timed = dict(calls)
+    if half is not None:
+        timed["plain_half"] = half
+    times = {m: [] for m in timed}
+    times["bare_decode"], times["bare_prefill"] = [], []
     counts = {}
     for r in range(FLAGS.repeats):
-        for method, (args, extra) in calls.items():
+        for method, (args, extra) in timed.items():
             t0 = time.perf_counter()
             res = speculative.generate(*args, **extra)
             jax.block_until_ready(res.tokens)
@@ -126,9 +157,9 @@ def main(argv):
             counts[method] = (int(np.sum(np.asarray(res.lengths) - np.asarray(res.prompt_lengths))),
                               int(np.max(np.asarray(res.num_steps))))
         t0 = time.perf_counter()
-        for _ in range(decode_reps):
-            jax.block_until_ready(decode_fn(*decode_args))
-        times["bare_decode"].append((time.perf_counter() - t0) / decode_reps)
+        prefill()
+        times["bare_prefill"].append(time.perf_counter() - t0)
+        times["bare_decode"].append(decode_steps(min(FLAGS.max_new_tokens, 16)))
         print(f"round {r + 1}/{FLAGS.repeats} done", file=sys.stderr, flush=True)
 
     rows = {}
@@ -144,9 +175,17 @@ def main(argv):
             "tokens_per_step": tokens / (steps * bsz),
         }
     bare_ms = 1e3 * float(np.median(times["bare_decode"]))
+    prefill_ms = 1e3 * float(np.median(times["bare_prefill"]))
     ratios = {}
     if "plain" in rows:
-        ratios["plain_step/bare_decode_step"] = rows["plain"]["ms_per_step"] / bare_ms
+        steps = rows["plain"]["loop_steps"]
+        ratios["plain call/(bare prefill + steps x bare decode)"] = (
+            1e3 * rows["plain"]["seconds_median"] / (prefill_ms + steps * bare_ms))
+        half_steps = counts["plain_half"][1]
+        marginal_ms = 1e3 * (rows["plain"]["seconds_median"] - float(np.median(times["plain_half"]))) / (
+            steps - half_steps)
+        rows["plain"]["marginal_ms_per_step"] = marginal_ms
+        ratios["plain marginal step/bare decode step"] = marginal_ms / bare_ms
     if "standard" in rows:
         for method in rows:
             ratios[f"{method}/standard per token"] = rows[method]["ms_per_token"] / rows["standard"]["ms_per_token"]
@@ -162,15 +201,18 @@ def main(argv):
         lo, hi = row["ms_per_step_range"]
         print(f"{method:14s} {row['ms_per_token']:9.3f} {row['ms_per_step']:9.3f} {f'({lo:.2f}-{hi:.2f})':>17s} "
               f"{row['tokens_per_step']:8.2f}")
-    print(f"{'bare decode':14s} {'':9s} {bare_ms:9.3f}")
+    print(f"{'bare decode':14s} {'':9s} {bare_ms:9.3f}   (bare prefill {prefill_ms:.3f} ms)")
+    if "plain" in rows:
+        print(f"{'plain marginal':14s} {'':9s} {rows['plain']['marginal_ms_per_step']:9.3f}   "
+              f"(step cost beyond the prefill: runs at {FLAGS.max_new_tokens} and {FLAGS.max_new_tokens // 2} tokens)")
     for key, value in ratios.items():
-        print(f"  {key:38s} {value:6.3f}")
+        print(f"  {key:48s} {value:6.3f}")
     results.atomic_write_json(FLAGS.output, {
         "pair": name, "decoder": dec.label, "lookahead": FLAGS.lookahead, "batch_size": bsz,
         "max_new_tokens": FLAGS.max_new_tokens, "temperature": FLAGS.temperature, "top_k": FLAGS.top_k or None,
         "repeats": FLAGS.repeats, "devices": [str(d) for d in jax.devices()], "rows": rows,
-        "bare_decode_ms_per_step": bare_ms, "bare_decode_seconds": times["bare_decode"], "ratios": ratios,
-        "seconds": {m: times[m] for m in calls}})
+        "bare_decode_ms_per_step": bare_ms, "bare_prefill_ms": prefill_ms, "ratios": ratios,
+        "seconds": times})
     print(f"wrote {FLAGS.output}")
 
 

@@ -145,3 +145,66 @@ def test_shape_and_value_errors():
         decoders.synthid(P6, np.zeros((2, 5)))
     with pytest.raises(ValueError, match="0 or 1"):
         decoders.synthid(P6, np.full((2, 6), 0.5))
+
+
+@pytest.mark.parametrize("temperature", [np.float32(-0.5), jnp.float32(-1.0), np.int64(-2), float("nan"), float("inf")])
+def test_process_logits_refuses_bad_temperature_of_any_scalar_type(temperature):
+    with pytest.raises(ValueError, match="temperature"):
+        decoders.process_logits(jnp.ones((1, 4)), temperature)
+
+
+def test_process_logits_accepts_numpy_and_jax_scalars():
+    logits = jnp.array([[2.0, 1.0, 0.5, -1.0]])
+    want = np.asarray(decoders.process_logits(logits, 0.5))
+    for t in (np.float32(0.5), jnp.float32(0.5), np.float64(0.5)):
+        np.testing.assert_allclose(np.asarray(decoders.process_logits(logits, t)), want, atol=1e-6)
+    with pytest.raises(ValueError, match="top_k"):
+        decoders.process_logits(logits, 1.0, top_k=-1)
+    with pytest.raises(TypeError, match="top_k"):
+        decoders.process_logits(logits, 1.0, top_k=True)
+
+
+@pytest.mark.parametrize(
+    "weights, u, match",
+    [
+        (np.array([0.5, np.nan, 0.5]), 0.3, "NaN"),
+        (np.array([0.5, -0.1, 0.6]), 0.3, "negative"),
+        (np.zeros(3), 0.3, "sums to zero"),
+        (np.array([0.5, 0.5, 0.0]), 1.0, r"\[0, 1\)"),
+        (np.array([0.5, 0.5, 0.0]), -0.1, r"\[0, 1\)"),
+        (np.array([0.5, 0.5, 0.0]), np.nan, r"\[0, 1\)"),
+    ],
+)
+def test_sample_token_refuses_bad_weights_and_uniforms(weights, u, match):
+    with pytest.raises(ValueError, match=match):
+        decoders.sample_token(weights, u)
+
+
+def test_linear_mixture_refuses_theta_outside_unit_interval():
+    q = np.eye(6, dtype=np.float32)[1]
+    for theta in (-0.1, 1.5, np.array([0.5, 2.0])):
+        with pytest.raises(ValueError, match=r"theta must lie in \[0, 1\]"):
+            decoders.linear_mixture(P6, q, theta)
+
+
+def test_square_g_values_need_an_explicit_layout():
+    p = np.array([0.5, 0.3, 0.2], np.float32)
+    g = np.array([[1, 0, 0], [0, 1, 1], [1, 1, 0]], np.float32)  # m = V = 3: [m, V] or [V, m]?
+    with pytest.raises(ValueError, match="ambiguous"):
+        decoders.synthid(p, g)
+    layers_first = np.asarray(decoders.synthid(p, g, layers_axis=-2))
+    np.testing.assert_allclose(np.asarray(decoders.synthid(p, g.T, layers_axis=-1)), layers_first)
+    assert not np.allclose(np.asarray(decoders.synthid(p, g, layers_axis=-1)), layers_first)
+    with pytest.raises(ValueError, match="g_values must be"):
+        decoders.synthid(P6, np.zeros((6, 2)))  # transposed layout, m != V: refused by shape
+
+
+def test_one_decoder_description_for_generation_and_tradeoff():
+    from wmspec_jax import tradeoff
+
+    assert tradeoff.synthid(30) == decoders.WatermarkDecoder("synthid", 30)
+    assert tradeoff.gumbel() == decoders.WatermarkDecoder("gumbel", 7)  # m is meaningless for Gumbel-max
+    assert decoders.WatermarkDecoder("synthid_limit", 30).label == "SynthID(m=∞)"
+    assert decoders.WatermarkDecoder("synthid", np.int64(5)).num_layers == 5
+    with pytest.raises(ValueError, match="num_layers"):
+        decoders.WatermarkDecoder("synthid", True)

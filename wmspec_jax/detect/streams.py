@@ -37,11 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import context, prf
-
-SOURCE_NONE = -1  # prompt / padding
-SOURCE_DRAFT = 0  # accepted draft token (ζ^D)
-SOURCE_RESIDUAL = 1  # residual after a rejection (ζ^T)
-SOURCE_TARGET = 2  # bonus token or non-speculative token (ζ^T)
+from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET  # noqa: F401
 
 
 class GumbelStats(NamedTuple):
