@@ -40,6 +40,8 @@ setup(
     extras_require={
         "test": [
             "pytest>=8",
+            # the suite runs on both CPU cores (scripts/run_tests.sh: -n 2)
+            "pytest-xdist>=3.5",
             # parity tests against transformers' PyTorch models (CPU wheel)
             "torch==2.13.0",
             # execute the colab/ notebooks headless in the test suite

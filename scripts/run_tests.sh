@@ -5,7 +5,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
 set +e
-"$ROOT/.venv/bin/python" -m pytest -q "$@"
+# Two workers (the CI machine has 2 cores); each test file stays on one worker
+# so its module-scoped fixtures are built once.
+"$ROOT/.venv/bin/python" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

@@ -126,3 +126,16 @@ def test_one_hot_distributions_carry_no_watermark(seeds):
     _, watermarked = sampling.draw(decoders.WatermarkDecoder("gumbel"), spread, None, seeds,
                                    jnp.full((B,), 0.5), jnp.ones((B,), bool))
     assert np.asarray(watermarked).all()
+
+
+@pytest.mark.parametrize("size,k", [(32000, 100), (10000, 1), (9000, 140)])
+def test_two_stage_top_k_is_lax_top_k(size, k):
+    rng = np.random.default_rng(size)
+    x = np.round(rng.normal(size=(6, size)) * 3).astype(np.float32)  # heavy ties
+    x[0] = 0.0  # every value tied
+    x[1, :k + 5] = 50.0  # ties straddling the k-th place inside one block
+    x[2, -3:] = 99.0  # maxima in the padded last block
+    want_v, want_i = jax.lax.top_k(jnp.asarray(x), k)
+    got_v, got_i = candidates.select_top_k(jnp.asarray(x), k)
+    assert np.array_equal(np.asarray(got_i), np.asarray(want_i))
+    assert np.array_equal(np.asarray(got_v), np.asarray(want_v))
