@@ -174,6 +174,32 @@ SCRIPT = textwrap.dedent(
             got[m + "_same"] = got.pop(m) == ref[m]
         report[spec] = got
     report["ref_distinct_tokens"] = len(set(np.ravel(ref["pseudorandom"])))
+
+    # A safetensors checkpoint loaded straight into the model=4 layout.
+    import os, sys, tempfile
+    from safetensors.numpy import save_file
+    from wmspec_jax.models import hf
+    lcfg = TransformerConfig(family="llama", vocab_size=64, hidden_size=32, intermediate_size=48,
+                             num_layers=2, num_heads=4, num_kv_heads=4, head_dim=8,
+                             tie_word_embeddings=False, max_position_embeddings=64)
+    lp = jax.tree_util.tree_map(np.asarray, transformer.init_params(lcfg, jax.random.PRNGKey(3), scale=0.2))
+    tensors = {"model.embed_tokens.weight": lp["embed"], "model.norm.weight": lp["final_norm"],
+               "lm_head.weight": np.ascontiguousarray(lp["lm_head"].T)}
+    for name, (key, transpose) in hf.layer_tensor_map(lcfg).items():
+        for i in range(lcfg.num_layers):
+            w = lp["layers"][key][i]
+            tensors[f"model.layers.{i}.{name}"] = np.ascontiguousarray(w.T if transpose else w)
+    path = tempfile.mkdtemp()
+    save_file(tensors, os.path.join(path, "model.safetensors"))
+    json.dump({"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 48,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "tie_word_embeddings": False,
+               "max_position_embeddings": 64}, open(os.path.join(path, "config.json"), "w"))
+    mesh = sharding.make_mesh("data=2,model=4")
+    ck = hf.load_checkpoint(path, tokenizer=False, mesh=mesh)
+    same = jax.tree_util.tree_all(jax.tree_util.tree_map(
+        lambda a, b: bool(np.array_equal(np.asarray(a), b)), ck.params, lp))
+    report["loaded"] = {"same": same, "w_up": list(ck.params["layers"]["w_up"].sharding.spec),
+                        "w_up_shard": list(ck.params["layers"]["w_up"].addressable_shards[0].data.shape)}
     print(json.dumps(report))
     """
 )
@@ -218,3 +244,8 @@ def test_weights_and_caches_are_really_sharded(eight_device_report):
     # measured 0.256 (model=4) and 0.234 (model=8) of the total per device.
     assert tp8["param_bytes"][1] < tp4["param_bytes"][1] < 0.27 * total
     assert tp8["param_bytes"][1] < 0.24 * total
+
+
+def test_checkpoint_loads_straight_into_the_tensor_parallel_layout(eight_device_report):
+    loaded = eight_device_report["loaded"]
+    assert loaded["same"] and loaded["w_up"] == [None, None, "model"] and loaded["w_up_shard"] == [2, 32, 12]
