@@ -253,3 +253,16 @@ def test_stop_tokens_from_generation_config_and_the_chat_template(tmp_path):
     plain = hf.load_checkpoint(tmp_path / "plain")
     assert plain.stop_token_ids == (7, 8) and hf.chat_end_of_turn_id(plain.tokenizer) is None
     assert hf.generation_eos_id(plain, chat=True) == 7
+
+
+def test_experiment_pair_from_directories_uses_the_end_of_turn_and_the_padded_width(tmp_path):
+    from wmspec_jax import pairs
+
+    kw = {"eos_token": "<eot>", "chat_template": CHAT}
+    write_checkpoint(tmp_path / "target", CFG.replace(vocab_size=44), words=EOT_WORDS,
+                     tokenizer_kw=kw, eos_token_id=[2, 3])
+    write_checkpoint(tmp_path / "draft", CFG.replace(num_layers=1), words=EOT_WORDS, tokenizer_kw=kw)
+    pair = pairs.load_pair(str(tmp_path / "target"), str(tmp_path / "draft"))
+    # config.json says [2, 3] (on main the loop stopped on 2); the chat template ends a reply with <eot>.
+    assert pair.eos_id == 39 and pair.vocab_size == pair.draft.vocab_size == 44
+    assert pair.encode_prompt("w1 w2", "question")[-1] == 39
