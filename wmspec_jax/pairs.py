@@ -92,12 +92,16 @@ def _tokenizer_codecs(tokenizer, chat: bool):
 
 
 def _checkpoint_pair(target, draft, name: str) -> ModelPair:
+    from wmspec_jax.models import hf
+
     tokenizer = target.tokenizer
     if tokenizer is None:
         raise ValueError(f"pair {name!r}: the target checkpoint has no tokenizer")
     encode_prompt, encode_text, decode = _tokenizer_codecs(tokenizer, chat=True)
-    eos = target.config.eos_token_id
-    eos = eos[0] if isinstance(eos, (list, tuple)) else eos
+    # The loop stops on one id: the chat template's end-of-turn token when the
+    # tokenizer has a template (questions are asked through it), else the first
+    # of generation_config.json's / config.json's / the tokenizer's EOS ids.
+    eos = hf.generation_eos_id(target, chat=True)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
     return ModelPair(
         name=name,

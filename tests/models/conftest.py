@@ -5,13 +5,23 @@ import pytest
 from tiny_hf import TINY, make_torch_model
 
 
-@pytest.fixture(scope="module")
+class _TinyCheckpoints:
+    """{name: (torch model, directory)}, each built on first use and kept for the session."""
+
+    def __init__(self, tmp_path_factory):
+        self._factory = tmp_path_factory
+        self._built = {}
+
+    def __getitem__(self, name):
+        if name not in self._built:
+            model = make_torch_model(TINY[name])
+            path = self._factory.mktemp(name)
+            model.save_pretrained(path)  # config.json + model.safetensors (+ generation_config.json)
+            self._built[name] = (model, path)
+        return self._built[name]
+
+
+@pytest.fixture(scope="session")
 def tiny_checkpoints(tmp_path_factory):
-    """{name: (torch model, directory)} saved with save_pretrained (safetensors)."""
-    out = {}
-    for name, spec in TINY.items():
-        model = make_torch_model(spec)
-        path = tmp_path_factory.mktemp(name)
-        model.save_pretrained(path)
-        out[name] = (model, path)
-    return out
+    """Lazily built tiny random transformers checkpoints (see tiny_hf.TINY)."""
+    return _TinyCheckpoints(tmp_path_factory)

@@ -49,6 +49,9 @@ def test_config_matches_the_gguf_metadata(pair):
     assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads) == (30, 576, 9, 3)
     assert (cfg.intermediate_size, cfg.vocab_size, cfg.rope_theta) == (1536, 49152, 100000.0)
     assert cfg.tie_word_embeddings and (cfg.bos_token_id, cfg.eos_token_id) == (1, 2)
+    assert cfg.max_position_embeddings == 8192  # llama.context_length
+    # The chat template ends a reply with <|im_end|>, the loop's EOS for this pair.
+    assert hf.chat_end_of_turn_id(pair[0].tokenizer) == 2 == hf.generation_eos_id(pair[0], chat=True)
 
 
 def test_tokenizer_roundtrip_and_special_tokens():

@@ -112,3 +112,78 @@ def test_bad_inputs_are_rejected(model):
         lm.init_cache(0, 8)
     with pytest.raises(ValueError, match="multiple of"):
         CFG.replace(num_kv_heads=3)
+
+
+# ---- bad inputs at the public boundary (issue 12) ---------------------------------------
+
+
+def test_eager_step_past_the_cache_capacity_raises(model):
+    lm, params, _ = model
+    cache = lm.init_cache(2, 8)
+    _, cache = lm.step(params, cache, jnp.ones((2, 6), jnp.int32), jnp.asarray([6, 2]))
+    with pytest.raises(ValueError, match="past the cache capacity 8: row 0 holds 6 tokens and appends 3"):
+        lm.step(params, cache, jnp.ones((2, 3), jnp.int32), jnp.asarray([3, 3]))
+    # Exactly filling the cache is fine; the unwritten tail of a row never counts.
+    logits, cache = lm.step(params, cache, jnp.ones((2, 3), jnp.int32), jnp.asarray([2, 3]))
+    np.testing.assert_array_equal(lm.cache_lengths(cache), [8, 5])
+    assert np.isfinite(np.asarray(logits)).all()
+
+
+def test_eager_step_refuses_token_ids_outside_the_vocabulary(model):
+    lm, params, _ = model
+    cache = lm.init_cache(2, 8)
+    for bad in (CFG.vocab_size, -1):
+        tokens = jnp.asarray([[1, 2], [3, bad]], jnp.int32)
+        with pytest.raises(ValueError, match=f"token id {bad} at row 1, position 1 is outside"):
+            lm.step(params, cache, tokens, jnp.asarray([2, 2]))
+        # Not written (i >= num_new): garbage is allowed and its logits stay finite.
+        logits, _ = lm.step(params, cache, tokens, jnp.asarray([2, 1]))
+        assert np.isfinite(np.asarray(logits)).all()
+
+
+def test_traced_bad_inputs_give_nan_logits_not_wrong_numbers(model):
+    """Inside jit nothing can raise: the affected positions are NaN, the rest unchanged."""
+    lm, params, step = model
+    cache = lm.init_cache(2, 8)
+    good = jnp.asarray([[1, 2, 3], [4, 5, 6]], jnp.int32)
+    ref, _ = step(params, cache, good, jnp.asarray([3, 3]))
+    for bad in (CFG.vocab_size, -1):  # on main: NaN for >= V, and -1 wrapped to V - 1
+        logits, _ = step(params, cache, good.at[1, 1].set(bad), jnp.asarray([3, 3]))
+        logits = np.asarray(logits)
+        # The bad position and every later one that attends to it are NaN ...
+        assert np.isnan(logits[1, 1:]).all()
+        # ... earlier positions and other rows are bit-for-bit unaffected.
+        np.testing.assert_array_equal(logits[0], np.asarray(ref[0]))
+        np.testing.assert_array_equal(logits[1, 0], np.asarray(ref[1, 0]))
+    # Row 0 overflows the 8-slot cache at its last token (slot 8): that position is NaN.
+    full = lm.rewind(cache, jnp.asarray([6, 0], jnp.int32))
+    logits, out = step(params, full, good, jnp.asarray([3, 3]))
+    logits = np.asarray(logits)
+    assert np.isnan(logits[0, 2]).all() and np.isfinite(logits[0, :2]).all()
+    assert np.isfinite(logits[1]).all()
+    with pytest.raises(ValueError, match="past the cache capacity"):
+        protocol.check_step_inputs(full, good, jnp.asarray([3, 3]), CFG.vocab_size)
+
+
+def test_cache_longer_than_max_position_embeddings_is_refused():
+    cfg = CFG.replace(max_position_embeddings=16)
+    lm = protocol.make_language_model(cfg, name="short")
+    assert lm.init_cache(1, 16).capacity == 16
+    with pytest.raises(ValueError, match="17 positions exceeds the model's max_position_embeddings=16"):
+        lm.init_cache(1, 17)
+
+
+def test_padded_logit_width_is_minus_inf_and_maps_extra_ids(model):
+    """A model padded to a wider vocabulary (pairs whose checkpoints pad one tokenizer differently)."""
+    lm, params, _ = model
+    wide = protocol.make_language_model(CFG, name="wide", vocab_size=CFG.vocab_size + 6)
+    assert wide.vocab_size == CFG.vocab_size + 6
+    tokens = jnp.asarray([[3, CFG.vocab_size + 2]], jnp.int32)
+    logits, _ = wide.step(params, wide.init_cache(1, 4), tokens, jnp.asarray([2]))
+    logits = np.asarray(logits)
+    assert np.isneginf(logits[..., CFG.vocab_size:]).all()
+    # An id of the padding is embedded as id 0.
+    ref, _ = lm.step(params, lm.init_cache(1, 4), jnp.asarray([[3, 0]], jnp.int32), jnp.asarray([2]))
+    np.testing.assert_array_equal(logits[..., :CFG.vocab_size], np.asarray(ref))
+    with pytest.raises(ValueError, match="outside the vocabulary \\[0, 56\\)"):
+        wide.step(params, wide.init_cache(1, 4), jnp.asarray([[56]], jnp.int32), jnp.asarray([1]))

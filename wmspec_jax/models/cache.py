@@ -33,22 +33,41 @@ class KVCache(NamedTuple):
 
 
 def init_cache(config: TransformerConfig, batch_size: int, max_length: int,
-               dtype=jnp.float32) -> KVCache:
+               dtype=jnp.float32, sharding: KVCache | None = None) -> KVCache:
     """Allocates an all-zero cache of ``max_length`` slots per row, lengths 0.
 
     Writes use scatter with ``mode="drop"``: a token written past the last
     slot is dropped instead of being clamped onto (and corrupting) the last
     valid slot, so no slack is needed for the garbage tail of a ragged write.
     The caller must still keep ``length + num_new <= max_length`` for the
-    tokens it actually needs.
+    tokens it actually needs (``protocol.step`` checks it on concrete values).
+
+    Args:
+      sharding: optional ``KVCache`` of ``jax.sharding.Sharding`` (see
+        :func:`wmspec_jax.models.partitioning.cache_shardings`): the cache is
+        created with that layout, also inside ``jit``, so the loop's caches
+        are split over heads and batch rather than left to propagation.
+
+    Raises:
+      ValueError: non-positive sizes, or ``max_length`` beyond the config's
+        ``max_position_embeddings`` (positions the model was not trained for).
     """
     if int(batch_size) <= 0 or int(max_length) <= 0:
         raise ValueError(
             f"batch_size and max_length must be positive, got {batch_size}, {max_length}")
+    limit = config.max_position_embeddings
+    if limit is not None and int(max_length) > limit:
+        raise ValueError(
+            f"a cache of {max_length} positions exceeds the model's max_position_embeddings="
+            f"{limit}: shorten the prompt or the number of new tokens")
     shape = (config.num_layers, int(batch_size), int(max_length),
              config.num_kv_heads, config.head_dim)
-    return KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
-                   lengths=jnp.zeros((int(batch_size),), jnp.int32))
+    cache = KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
+                    lengths=jnp.zeros((int(batch_size),), jnp.int32))
+    if sharding is not None:
+        cache = KVCache(*(jax.lax.with_sharding_constraint(x, s)
+                          for x, s in zip(cache, sharding)))
+    return cache
 
 
 def rewind(cache: KVCache, lengths: jax.Array) -> KVCache:

@@ -1,21 +1,46 @@
-"""Architecture description shared by the Llama and Gemma (v1) families.
+"""Architecture description of the decoder-only families this package runs.
 
 A :class:`TransformerConfig` is a frozen, hashable dataclass, so it can be a
-static argument of ``jax.jit``. :func:`config_from_hf` reads a Hugging Face
-``config.json`` dictionary (both the transformers 4.x ``rope_theta`` /
-``rope_scaling`` keys and the 5.x ``rope_parameters`` key) and rejects
-anything this implementation would compute differently from the reference.
+static argument of ``jax.jit``. ``family`` names the Hugging Face
+``model_type`` a config came from and fixes the family-wide choices (norm
+style, activation, embedding scale); the per-checkpoint options of the newer
+families are explicit fields, so one functional transformer serves all of
+them:
+
+============  =========================================================================
+family        what differs from Llama
+============  =========================================================================
+``llama``     (Llama-2, Llama-3.x: ``rope_scaling`` type ``llama3``, tied embeddings for 1B/3B)
+``mistral``   ``sliding_window`` on every layer
+``qwen2``     bias on the q/k/v projections (``qkv_bias``); optional sliding layers
+``qwen3``     RMSNorm of every query / key head before RoPE (``qk_norm``)
+``gemma``     RMSNorm ``(1 + w)``, GeGLU (tanh gelu), embedding times ``sqrt(hidden_size)``
+``gemma2``    Gemma's choices plus attention / final-logit soft-capping, alternating
+              sliding / global layers (``layer_types``), post-attention and
+              post-feed-forward norms (``sandwich_norms``), attention scaled by
+              ``query_pre_attn_scalar ** -0.5``
+============  =========================================================================
+
+:func:`config_from_hf` (in :mod:`wmspec_jax.models.hf_config`, re-exported
+here) reads a ``config.json`` and refuses, by name, every field it does not
+implement.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
-FAMILIES = ("llama", "gemma")
+from wmspec_jax.models import rope
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+GEMMA_FAMILIES = ("gemma", "gemma2")
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+# Window of a global layer in attention_windows(): larger than any position.
+GLOBAL_WINDOW = 2 ** 30
 
 
 class UnsupportedModelError(ValueError):
@@ -24,16 +49,13 @@ class UnsupportedModelError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Static hyper-parameters of a decoder-only transformer.
-
-    ``family`` selects the family-specific pieces:
-
-    * ``"llama"``: RMSNorm ``w * x / rms(x)``, SwiGLU, no embedding scale.
-    * ``"gemma"``: RMSNorm ``(1 + w) * x / rms(x)``, GeGLU (tanh gelu), the
-      embedding multiplied by ``sqrt(hidden_size)`` rounded to the params dtype.
+    """Static hyper-parameters of a decoder-only transformer (see module doc).
 
     ``rope_scaling`` is ``None`` or a tuple of ``(key, value)`` pairs (a
-    tuple rather than a dict so the config stays hashable).
+    tuple rather than a dict so the config stays hashable). ``layer_types``
+    is ``None`` (every layer ``sliding_attention`` when ``sliding_window`` is
+    set, else ``full_attention``) or one entry per layer.
+    ``max_position_embeddings`` (``None``: unlimited) bounds the KV cache.
     """
 
     family: str
@@ -50,6 +72,15 @@ class TransformerConfig:
     rope_scaling: tuple[tuple[str, Any], ...] | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    max_position_embeddings: int | None = None
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+    attn_logit_softcap: float | None = None
+    final_logit_softcap: float | None = None
+    query_pre_attn_scalar: float | None = None
+    sandwich_norms: bool = False
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -65,120 +96,65 @@ class TransformerConfig:
                 f"num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        for name in ("max_position_embeddings", "sliding_window"):
+            value = getattr(self, name)
+            if value is not None and int(value) <= 0:
+                raise ValueError(f"{name} must be positive or None, got {value}")
+        for name in ("attn_logit_softcap", "final_logit_softcap", "query_pre_attn_scalar"):
+            value = getattr(self, name)
+            if value is not None and not float(value) > 0:
+                raise ValueError(f"{name} must be positive or None, got {value}")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.num_layers:
+                raise ValueError(f"layer_types has {len(self.layer_types)} entries for "
+                                 f"{self.num_layers} layers")
+            bad = sorted(set(self.layer_types) - {FULL_ATTENTION, SLIDING_ATTENTION})
+            if bad:
+                raise UnsupportedModelError(f"unsupported layer_types {bad}")
+            if SLIDING_ATTENTION in self.layer_types and self.sliding_window is None:
+                raise ValueError("layer_types names sliding_attention layers but sliding_window is None")
+        try:
+            self.rope_inv_freq()
+        except rope.UnsupportedRopeError as e:
+            raise UnsupportedModelError(str(e)) from None
 
     @property
     def q_per_kv(self) -> int:
         """Query heads sharing one key/value head (GQA group size)."""
         return self.num_heads // self.num_kv_heads
 
+    @property
+    def gemma_style(self) -> bool:
+        """RMSNorm ``(1 + w)``, tanh-GeGLU and a ``sqrt(D)`` embedding scale."""
+        return self.family in GEMMA_FAMILIES
+
+    @property
+    def attention_scale(self) -> float:
+        """Multiplier of q.k: ``query_pre_attn_scalar ** -0.5`` (Gemma-2) or ``head_dim ** -0.5``."""
+        return float(self.query_pre_attn_scalar or self.head_dim) ** -0.5
+
     def replace(self, **changes) -> "TransformerConfig":
         return dataclasses.replace(self, **changes)
 
+    def select_layers(self, layers) -> "TransformerConfig":
+        """The config of a model made of the given layers of this one (self-speculative drafts)."""
+        layers = [int(i) for i in layers]
+        types = None if self.layer_types is None else tuple(self.layer_types[i] for i in layers)
+        return self.replace(num_layers=len(layers), layer_types=types)
+
+    def attention_windows(self) -> np.ndarray:
+        """int32[L] per-layer window: a query at p sees slots ``(p - w, p]`` (GLOBAL_WINDOW: all)."""
+        types = self.layer_types
+        if types is None:
+            types = (SLIDING_ATTENTION if self.sliding_window else FULL_ATTENTION,) * self.num_layers
+        return np.asarray([self.sliding_window if t == SLIDING_ATTENTION else GLOBAL_WINDOW
+                           for t in types], np.int32)
+
     def rope_inv_freq(self) -> np.ndarray:
-        """float32[head_dim // 2] inverse frequencies, including any scaling.
-
-        Mirrors ``transformers.modeling_rope_utils`` for the rope types we
-        accept (``default``, ``linear``, ``llama3``).
-        """
-        dim = self.head_dim
-        inv = 1.0 / (self.rope_theta ** (np.arange(0, dim, 2, dtype=np.int64)
-                                         .astype(np.float32) / dim))
-        inv = inv.astype(np.float32)
-        scaling = dict(self.rope_scaling or ())
-        kind = scaling.get("rope_type", scaling.get("type", "default"))
-        if kind == "default":
-            return inv
-        if kind == "linear":
-            return (inv / float(scaling["factor"])).astype(np.float32)
-        if kind == "llama3":
-            factor = float(scaling["factor"])
-            low = float(scaling["low_freq_factor"])
-            high = float(scaling["high_freq_factor"])
-            old_len = float(scaling["original_max_position_embeddings"])
-            low_wavelen = old_len / low
-            high_wavelen = old_len / high
-            wavelen = 2 * math.pi / inv
-            out = np.where(wavelen > low_wavelen, inv / factor, inv)
-            smooth = (old_len / wavelen - low) / (high - low)
-            smoothed = (1 - smooth) * out / factor + smooth * out
-            medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-            return np.where(medium, smoothed, out).astype(np.float32)
-        raise UnsupportedModelError(f"unsupported rope scaling type {kind!r}")
+        """float32[head_dim // 2] inverse frequencies, including any scaling (:mod:`.rope`)."""
+        return rope.inv_frequencies(self.head_dim, self.rope_theta, dict(self.rope_scaling or ()))
 
 
-def _family_of(hf: Mapping[str, Any]) -> str:
-    model_type = hf.get("model_type")
-    archs = hf.get("architectures") or []
-    if model_type in FAMILIES:
-        family = model_type
-    else:
-        raise UnsupportedModelError(
-            f"unsupported architecture: model_type={model_type!r}, "
-            f"architectures={archs!r}; supported model_type values: {FAMILIES} "
-            "(Llama and Gemma v1)")
-    known = {"llama": ("LlamaForCausalLM",), "gemma": ("GemmaForCausalLM",)}[family]
-    bad = [a for a in archs if a not in known]
-    if bad:
-        raise UnsupportedModelError(
-            f"unsupported architecture {bad!r} for model_type={model_type!r}; "
-            f"expected one of {known}")
-    return family
+from wmspec_jax.models.hf_config import config_from_hf  # noqa: E402  (re-export; needs the class above)
 
-
-def _single_id(value) -> int | None:
-    if isinstance(value, (list, tuple)):
-        return int(value[0]) if value else None
-    return None if value is None else int(value)
-
-
-def config_from_hf(hf: Mapping[str, Any]) -> TransformerConfig:
-    """Builds a :class:`TransformerConfig` from a parsed ``config.json``.
-
-    Raises :class:`UnsupportedModelError` for other architectures and for
-    options that change the computation but are not implemented (attention or
-    MLP biases, sliding windows, unknown activations, rope types).
-    """
-    family = _family_of(hf)
-    if hf.get("attention_bias") or hf.get("mlp_bias"):
-        raise UnsupportedModelError("attention_bias / mlp_bias are not supported")
-    if family == "llama":
-        act = hf.get("hidden_act", "silu")
-        if act != "silu":
-            raise UnsupportedModelError(f"Llama hidden_act {act!r} is not supported (silu only)")
-    else:
-        # HF maps Gemma's legacy "gelu" to the tanh approximation as well.
-        act = hf.get("hidden_activation") or hf.get("hidden_act", "gelu_pytorch_tanh")
-        if act not in ("gelu", "gelu_pytorch_tanh", "gelu_tanh"):
-            raise UnsupportedModelError(f"Gemma activation {act!r} is not supported")
-    if hf.get("pretraining_tp", 1) not in (1, None):
-        raise UnsupportedModelError("pretraining_tp > 1 is not supported")
-
-    rope = dict(hf.get("rope_parameters") or {})
-    theta = rope.pop("rope_theta", hf.get("rope_theta", 10000.0))
-    scaling = rope or dict(hf.get("rope_scaling") or {})
-    kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind not in ("default", "linear", "llama3"):
-        raise UnsupportedModelError(f"unsupported rope scaling type {kind!r}")
-    scaling_t = None if kind == "default" else tuple(sorted(
-        (k, v) for k, v in scaling.items() if not isinstance(v, (list, dict))))
-
-    hidden = int(hf["hidden_size"])
-    heads = int(hf["num_attention_heads"])
-    head_dim = hf.get("head_dim") or hidden // heads
-    default_tie = family == "gemma"
-    return TransformerConfig(
-        family=family,
-        vocab_size=int(hf["vocab_size"]),
-        hidden_size=hidden,
-        intermediate_size=int(hf["intermediate_size"]),
-        num_layers=int(hf["num_hidden_layers"]),
-        num_heads=heads,
-        num_kv_heads=int(hf.get("num_key_value_heads") or heads),
-        head_dim=int(head_dim),
-        rope_theta=float(theta),
-        rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-        tie_word_embeddings=bool(hf.get("tie_word_embeddings", default_tie)),
-        rope_scaling=scaling_t,
-        bos_token_id=_single_id(hf.get("bos_token_id")),
-        eos_token_id=_single_id(hf.get("eos_token_id")),
-    )
+__all__ = ["FAMILIES", "TransformerConfig", "UnsupportedModelError", "config_from_hf"]

@@ -36,9 +36,9 @@ DEFAULT_ASSET = "smollm2_draft.npz"
 
 
 def draft_config(target_config: TransformerConfig, layers) -> TransformerConfig:
-    """The target's config with ``len(layers)`` layers."""
+    """The target's config with only ``layers`` (their sliding / global types kept)."""
     _check_layers(target_config, layers)
-    return target_config.replace(num_layers=len(layers))
+    return target_config.select_layers(layers)
 
 
 def _check_layers(config: TransformerConfig, layers) -> None:
@@ -155,4 +155,5 @@ def make_draft(target: Checkpoint, layers, adapters: dict | None = None,
     config = draft_config(target.config, layers)
     params = draft_params(target.params, layers, adapters)
     return Checkpoint(name=name or f"{target.name}-draft{len(list(layers))}",
-                      config=config, params=params, tokenizer=target.tokenizer)
+                      config=config, params=params, tokenizer=target.tokenizer,
+                      stop_token_ids=target.stop_token_ids, logit_width=target.logit_width)

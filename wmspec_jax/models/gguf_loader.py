@@ -90,6 +90,7 @@ def config_from_gguf(reader) -> TransformerConfig:
         tie_word_embeddings="output.weight" not in names,
         bos_token_id=int(_field(reader, "tokenizer.ggml.bos_token_id", -1)),
         eos_token_id=int(_field(reader, "tokenizer.ggml.eos_token_id", -1)),
+        max_position_embeddings=int(_field(reader, "llama.context_length", 0)) or None,
     )
 
 

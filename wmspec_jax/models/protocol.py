@@ -1,4 +1,22 @@
-"""Wraps the functional transformer in the :class:`wmspec_jax.lm.LanguageModel` protocol."""
+"""Wraps the functional transformer in the :class:`wmspec_jax.lm.LanguageModel` protocol.
+
+Bad inputs at this boundary:
+
+* **Concrete (eager) calls** raise ``ValueError`` when a row would write
+  past the cache capacity (``lengths + num_new > capacity``) or when a token
+  that is written (``i < num_new``) lies outside ``[0, V)``.
+  :func:`check_step_inputs` is the same check as a function, for host-side
+  validation before entering ``jit``.
+* **Traced calls** (inside ``jit``, e.g. the speculative loop, which keeps
+  every index in range by construction) cannot raise; there the affected
+  positions get NaN logits instead of silently wrong numbers: a written
+  token id outside ``[0, V)`` embeds as NaN and a position at or past the
+  capacity has its hidden state set to NaN. ``speculative.generate``
+  reports NaN logits as an error, so nothing wrong goes unnoticed.
+
+Entries ``i >= num_new`` are computed on token 0 whatever the caller put
+there, so they stay finite (and meaningless) as the protocol promises.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +25,19 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.models import cache as cache_lib
-from wmspec_jax.models import transformer
+from wmspec_jax.models import partitioning, transformer
 from wmspec_jax.models.config import TransformerConfig
+from wmspec_jax.validation import is_concrete
 
 # head(params, hidden dtype[B, T, D]) -> float32[B, T, V]
 Head = Callable[[dict, jax.Array], jax.Array]
 
 
-def _check_step_inputs(cache: cache_lib.KVCache, tokens, num_new) -> None:
+def _check_shapes(cache: cache_lib.KVCache, tokens, num_new) -> None:
     batch = cache.lengths.shape[0]
     if tokens.ndim != 2 or tokens.shape[0] != batch:
         raise ValueError(f"tokens must be [B={batch}, T], got shape {tokens.shape}")
@@ -32,45 +52,100 @@ def _check_step_inputs(cache: cache_lib.KVCache, tokens, num_new) -> None:
             f"T={tokens.shape[1]} exceeds the cache capacity {cache.capacity}")
 
 
+def check_step_inputs(cache: cache_lib.KVCache, tokens, num_new, vocab_size: int) -> None:
+    """Raises ValueError if a ``step`` would overflow the cache or embed an invalid id.
+
+    Host-side (needs concrete values). Checks only the tokens that are
+    written, ``tokens[b, :num_new[b]]`` (num_new clipped to [0, T] as in
+    ``step``).
+    """
+    tokens = np.asarray(tokens)
+    t = tokens.shape[1]
+    num_new = np.clip(np.asarray(num_new).astype(np.int64), 0, t)
+    lengths = np.asarray(cache.lengths).astype(np.int64)
+    over = np.flatnonzero(lengths + num_new > cache.capacity)
+    if over.size:
+        b = int(over[0])
+        raise ValueError(
+            f"step would write past the cache capacity {cache.capacity}: row {b} holds "
+            f"{lengths[b]} tokens and appends {num_new[b]} (rows {over.tolist()[:8]} overflow)")
+    written = np.arange(t)[None, :] < num_new[:, None]
+    bad = written & ((tokens < 0) | (tokens >= vocab_size))
+    if bad.any():
+        b, i = map(int, np.argwhere(bad)[0])
+        raise ValueError(
+            f"token id {int(tokens[b, i])} at row {b}, position {i} is outside the "
+            f"vocabulary [0, {vocab_size})")
+
+
 def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.KVCache,
-         tokens: jax.Array, num_new: jax.Array) -> tuple[jax.Array, cache_lib.KVCache]:
-    """Appends ``tokens[b, :num_new[b]]`` to row b; returns float32[B, T, V] logits.
+         tokens: jax.Array, num_new: jax.Array, *, logit_width: int | None = None
+         ) -> tuple[jax.Array, cache_lib.KVCache]:
+    """Appends ``tokens[b, :num_new[b]]`` to row b; returns float32[B, T, W] logits.
 
     Row b's token i < num_new[b] goes to position/slot ``lengths[b] + i``.
-    Entries ``i >= num_new[b]`` are computed on whatever tokens are there
-    (finite, meaningless) and are not written, so a row with ``num_new = 0``
-    leaves its cache untouched. ``num_new`` is clipped to [0, T].
+    Entries ``i >= num_new[b]`` are computed on token 0 (finite, meaningless)
+    and are not written, so a row with ``num_new = 0`` leaves its cache
+    untouched. ``num_new`` is clipped to [0, T]. Bad inputs: module doc.
+
+    ``logit_width`` W (default V = ``config.vocab_size``) pads the logits with
+    −inf up to W, for a pair whose two checkpoints pad the same tokenizer's
+    vocabulary to different sizes; an input id in [V, W) is embedded as id 0
+    (it has probability 0 under this model, so in speculative sampling it is
+    only ever fed to a draft, whose proposals may be any function of the
+    context without biasing the output, or to a target that rejects it).
     """
     tokens = jnp.asarray(tokens)
     num_new = jnp.asarray(num_new)
-    _check_step_inputs(cache, tokens, num_new)
+    _check_shapes(cache, tokens, num_new)
+    width = int(logit_width or config.vocab_size)
+    if all(map(is_concrete, (tokens, num_new, cache.lengths))):
+        check_step_inputs(cache, tokens, num_new, width)
     t = tokens.shape[1]
     positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     num_new = jnp.clip(num_new.astype(jnp.int32), 0, t)
     write = jnp.arange(t, dtype=jnp.int32)[None, :] < num_new[:, None]
+    ids = jnp.where(write, tokens.astype(jnp.int32), 0)
+    if width > config.vocab_size:
+        ids = jnp.where((ids >= config.vocab_size) & (ids < width), 0, ids)
     h, cache = transformer.hidden_states(
-        config, params, tokens.astype(jnp.int32), positions, cache,
-        cache.lengths + num_new, write)
+        config, params, ids, positions, cache, cache.lengths + num_new, write)
+    # Traced overflow cannot raise: poison it so the logits cannot be silently wrong.
+    overflow = write & (positions >= cache.capacity)
+    h = jnp.where(overflow[..., None], jnp.asarray(jnp.nan, h.dtype), h)
     logits = (head or functools.partial(transformer.lm_logits, config))(params, h)
+    if width > logits.shape[-1]:
+        logits = jnp.pad(logits, ((0, 0), (0, 0), (0, width - logits.shape[-1])),
+                         constant_values=-jnp.inf)
     return logits, cache
 
 
 def make_language_model(config: TransformerConfig, *, name: str,
                         dtype=jnp.float32, head: Head | None = None,
-                        vocab_size: int | None = None) -> LanguageModel:
+                        vocab_size: int | None = None,
+                        mesh: jax.sharding.Mesh | None = None) -> LanguageModel:
     """Builds the protocol object for ``config``.
 
     Args:
       dtype: dtype of the KV cache (use the params dtype).
       head: optional replacement for the tied/untied LM head, used by drafts
         with a cheaper output layer; it must return float32[B, T, V].
-      vocab_size: V of the logits (defaults to ``config.vocab_size``).
+      vocab_size: W, the width of the logits (default ``config.vocab_size``);
+        a larger W pads them with −inf (see :func:`step`).
+      mesh: optional ``jax.sharding.Mesh`` with axes ``data`` and ``model``:
+        caches are then created split over rows and key/value heads
+        (:mod:`wmspec_jax.models.partitioning`), inside ``jit`` too. Pass
+        params placed with :func:`wmspec_jax.sharding.shard_params`.
     """
+    width = int(vocab_size or config.vocab_size)
+    if width < config.vocab_size:
+        raise ValueError(f"vocab_size={width} is smaller than the model's {config.vocab_size}")
+    sharding = None if mesh is None else partitioning.cache_shardings(config, mesh)
     return LanguageModel(
         name=name,
-        vocab_size=int(vocab_size or config.vocab_size),
-        init_cache=functools.partial(cache_lib.init_cache, config, dtype=dtype),
-        step=functools.partial(step, config, head),
+        vocab_size=width,
+        init_cache=functools.partial(cache_lib.init_cache, config, dtype=dtype, sharding=sharding),
+        step=functools.partial(step, config, head, logit_width=width),
         rewind=cache_lib.rewind,
         cache_lengths=cache_lib.cache_lengths,
     )

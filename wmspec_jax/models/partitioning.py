@@ -1,0 +1,92 @@
+"""Megatron-style tensor-parallel layout of the transformer on a (data, model) mesh.
+
+Each parameter gets a ``PartitionSpec`` over the mesh axes ``"data"`` and
+``"model"`` (:mod:`wmspec_jax.sharding` builds the mesh):
+
+=====================================  ==========================  ======================
+parameter                              split over ``model``        why
+=====================================  ==========================  ======================
+``wq`` [L, D, H*Dh], ``bq``            query heads (columns)       heads are independent
+``wk``, ``wv`` [L, D, Hkv*Dh], biases  key/value heads (columns)   idem
+``wo`` [L, H*Dh, D]                    query heads (rows)          one all-reduce per layer
+``w_gate``, ``w_up`` [L, D, F]         hidden units (columns)      elementwise GLU
+``w_down`` [L, F, D]                   hidden units (rows)         one all-reduce per layer
+``embed`` [V, D], ``lm_head`` [D, V]   vocabulary                  logits split over V
+norms                                  replicated                  tiny
+=====================================  ==========================  ======================
+
+The KV cache ``k, v: [L, B, S, Hkv, Dh]`` is split over ``data`` (rows) and
+``model`` (key/value heads), its ``lengths`` over ``data``. A dimension is
+split only when the ``model`` axis size divides its number of heads (units,
+vocabulary entries); otherwise it is replicated, e.g. Qwen2.5-7B's 4
+key/value heads on ``model=8`` (the query heads and MLP are still split).
+XLA (GSPMD) inserts the collectives; the results equal the unsharded ones up
+to float reassociation in the sharded contractions.
+"""
+
+from __future__ import annotations
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from wmspec_jax.models.cache import KVCache
+from wmspec_jax.models.config import TransformerConfig
+from wmspec_jax.models.transformer import param_shapes
+
+DATA = "data"
+MODEL = "model"
+
+# parameter -> (dimension split over `model`, what that dimension counts)
+_SPLIT = {
+    "wq": (2, "heads"), "bq": (1, "heads"), "wo": (1, "heads"),
+    "wk": (2, "kv_heads"), "wv": (2, "kv_heads"), "bk": (1, "kv_heads"), "bv": (1, "kv_heads"),
+    "w_gate": (2, "ffn"), "w_up": (2, "ffn"), "w_down": (1, "ffn"),
+}
+
+
+def _divides(config: TransformerConfig, model_size: int) -> dict:
+    return {"heads": config.num_heads % model_size == 0,
+            "kv_heads": config.num_kv_heads % model_size == 0,
+            "ffn": config.intermediate_size % model_size == 0,
+            "vocab": config.vocab_size % model_size == 0}
+
+
+def _spec(ndim: int, dim: int | None) -> P:
+    return P(*(MODEL if i == dim else None for i in range(ndim)))
+
+
+def param_partition_specs(config: TransformerConfig, model_size: int) -> dict:
+    """PartitionSpecs with the structure of :func:`param_shapes` (module doc)."""
+    ok = _divides(config, int(model_size))
+    shapes = param_shapes(config)
+    layers = {}
+    for name, shape in shapes["layers"].items():
+        dim, unit = _SPLIT.get(name, (None, None))
+        layers[name] = _spec(len(shape), dim if unit and ok[unit] else None)
+    out = {"embed": _spec(2, 0 if ok["vocab"] else None), "layers": layers,
+           "final_norm": P()}
+    if "lm_head" in shapes:
+        out["lm_head"] = _spec(2, 1 if ok["vocab"] else None)
+    return out
+
+
+def cache_partition_specs(config: TransformerConfig, model_size: int) -> KVCache:
+    """PartitionSpecs of a :class:`KVCache`: rows over ``data``, kv heads over ``model``."""
+    heads = MODEL if _divides(config, int(model_size))["kv_heads"] else None
+    kv = P(None, DATA, None, heads, None)
+    return KVCache(k=kv, v=kv, lengths=P(DATA))
+
+
+def _named(mesh, specs):
+    return jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), specs,
+                                  is_leaf=lambda s: isinstance(s, P))
+
+
+def param_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh) -> dict:
+    """NamedShardings of every parameter on ``mesh`` (axes ``data``, ``model``)."""
+    return _named(mesh, param_partition_specs(config, mesh.shape[MODEL]))
+
+
+def cache_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh) -> KVCache:
+    """NamedShardings of the KV cache on ``mesh``."""
+    return KVCache(*_named(mesh, tuple(cache_partition_specs(config, mesh.shape[MODEL]))))
