@@ -41,7 +41,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from wmspec_jax import decoders, methods, prf, results, speculative  # noqa: E402
+from wmspec_jax import decoders, prf, results, speculative  # noqa: E402
 
 flags.DEFINE_enum("pair", "toy", ["toy", "builtin", "tiny_llama"], "model pair")
 flags.DEFINE_enum("decoder", "gumbel", ["gumbel", "synthid"], "watermark decoder")
@@ -52,7 +52,7 @@ flags.DEFINE_integer("max_new_tokens", 64, "generated tokens per row")
 flags.DEFINE_integer("prompt_length", 32, "prompt tokens (toy / tiny_llama: random ids; builtin: questions, padded)")
 flags.DEFINE_float("temperature", 0.7, "temperature")
 flags.DEFINE_integer("top_k", 0, "top-k applied to P and Q (0: none)")
-flags.DEFINE_list("methods", list(methods.METHODS), "methods to time")
+flags.DEFINE_list("methods", list(speculative.METHODS), "methods to time")
 flags.DEFINE_integer("repeats", 5, "interleaved timing rounds (median)")
 flags.DEFINE_string("output", "results/bench_speculative.json", "JSON output")
 FLAGS = flags.FLAGS
@@ -121,7 +121,7 @@ def main(argv):
     dec = decoders.WatermarkDecoder(FLAGS.decoder, FLAGS.num_layers)
     calls = {}
     for method in FLAGS.methods:
-        spec = methods.METHODS[method]
+        spec = speculative.METHODS[method]
         cfg = speculative.SpeculativeConfig(
             method=method, decoder=dec, lookahead=FLAGS.lookahead if spec.speculative else 0,
             max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature, top_k=FLAGS.top_k or None)

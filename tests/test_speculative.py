@@ -351,3 +351,17 @@ def test_top_k_of_the_whole_vocabulary_is_the_dense_path(decoder):
     same = (np.asarray(dense.tokens) == np.asarray(sparse.tokens)).all(axis=1)
     # identical up to float rounding of sums in SynthID's tournament (a draw on a CDF boundary)
     assert same.mean() >= (1.0 if decoder.kind == "gumbel" else 0.99), same.mean()
+
+
+def test_several_stop_ids():
+    """A tuple of stop ids ends a row at the first of any of them."""
+    res = run("pseudorandom", 3, GUMBEL, n=300, max_new=15, eos_id=(2, 1))
+    assert SpeculativeConfig(eos_id=[3, 3]).eos_id == 3
+    toks, lengths, p = np.asarray(res.tokens), np.asarray(res.lengths), len(PROMPT)
+    ended = 0
+    for b in range(300):
+        gen = toks[b, p : lengths[b]]
+        assert not np.isin(gen[:-1], [1, 2]).any()
+        ended += int(np.isin(gen[-1], [1, 2]))
+        assert np.isin(gen[-1], [1, 2]) or gen.size == 15
+    assert ended > 200

@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import warnings
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +72,9 @@ class SpeculativeConfig:
       top_k: optional top-k (exactly k tokens; ties broken towards lower
         ids), applied to P and Q alike; ``None`` or 0 keeps all.
       context_width: h, the number of previous tokens keying ζ.
-      eos_id: stop a row after emitting this token (None: never).
+      eos_id: stop a row after emitting this token, or any token of a tuple
+        of stop ids (e.g. the end-of-turn token and ``<|endoftext|>``); None:
+        never.
       pad_id: filler after each row's end in the returned buffer.
 
     NumPy integer / float scalars are accepted and stored as Python numbers.
@@ -85,7 +87,7 @@ class SpeculativeConfig:
     temperature: float = 1.0
     top_k: Optional[int] = None
     context_width: int = prf.DEFAULT_CONTEXT_WIDTH
-    eos_id: Optional[int] = None
+    eos_id: Optional[Union[int, tuple]] = None
     pad_id: int = 0
 
     def __post_init__(self):
@@ -104,7 +106,10 @@ class SpeculativeConfig:
             top_k = _int_setting("top_k", self.top_k, 0)
             fix("top_k", top_k or None)
         fix("context_width", prf.check_context_width(self.context_width))
-        if self.eos_id is not None:
+        if isinstance(self.eos_id, (list, tuple)):
+            ids = tuple(sorted({_int_setting("eos_id", e, 0) for e in self.eos_id}))
+            fix("eos_id", (ids[0] if len(ids) == 1 else ids) if ids else None)
+        elif self.eos_id is not None:
             fix("eos_id", _int_setting("eos_id", self.eos_id, 0))
         fix("pad_id", _int_setting("pad_id", self.pad_id, 0))
         if not isinstance(self.decoder, decoders.WatermarkDecoder):
@@ -113,6 +118,13 @@ class SpeculativeConfig:
             warnings.warn(
                 f"method {self.method!r} at temperature 0: every distribution is one-hot, so no watermark "
                 "is embedded (records say watermarked=False)", stacklevel=3)
+
+    @property
+    def stop_ids(self) -> tuple:
+        """The stop token ids as a tuple (empty: never stop early)."""
+        if self.eos_id is None:
+            return ()
+        return self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
 
     @property
     def spec(self) -> Method:
@@ -124,7 +136,7 @@ class SpeculativeConfig:
         return stages.Static(
             method=self.spec, decoder=self.decoder, lookahead=self.lookahead, temperature=self.temperature,
             top_k=self.top_k, context_width=self.context_width, max_new_tokens=self.max_new_tokens,
-            eos_id=self.eos_id)
+            stop_ids=self.stop_ids)
 
 
 class GenerationResult(NamedTuple):
@@ -237,7 +249,7 @@ def generate(
     args = _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_key, rng, config,
                            draft, draft_params)
     result, nonfinite = _generate_jit(*args)
-    bad = np.flatnonzero(np.asarray(nonfinite))
+    bad = np.flatnonzero(_host_value(nonfinite))
     if bad.size:
         raise ValueError(f"model produced NaN or +inf logits in rows {bad.tolist()}")
     return result
@@ -257,6 +269,15 @@ def precompile(target, target_params, prompts, prompt_lengths, watermark_key, rn
     _generate_jit.lower(*args).compile()
 
 
+def _host_value(x) -> np.ndarray:
+    """A (possibly multi-host, globally sharded) array on this host, whole."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
 def trace_count() -> int:
     """How many variants of the generation loop were traced (and so compiled) in
     this process; a call that reuses a compiled variant does not change it."""
@@ -271,10 +292,12 @@ def _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_ke
     spec = config.spec
     # Checks run on host copies; device arrays go to the loop untouched so a
     # batch sharded with jax.sharding stays sharded.
+    # On several hosts the batch is a global array: it is checked here whole
+    # (gathered), which costs one transfer per call, like the single-host copy.
     device_prompts = prompts if isinstance(prompts, jax.Array) else np.asarray(prompts)
     device_lengths = prompt_lengths if isinstance(prompt_lengths, jax.Array) else np.asarray(prompt_lengths)
-    prompts = np.asarray(prompts)
-    prompt_lengths = np.asarray(prompt_lengths)
+    prompts = _host_value(prompts)
+    prompt_lengths = _host_value(prompt_lengths)
     if prompts.ndim != 2 or prompts.shape[1] < 1 or prompts.shape[0] < 1:
         raise ValueError(f"prompts must be [B, P] with B, P >= 1, got shape {prompts.shape}")
     if not np.issubdtype(prompts.dtype, np.integer):
@@ -288,7 +311,7 @@ def _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_ke
     vocab = target.vocab_size
     if ((prompts < 0) | (prompts >= vocab))[valid].any():
         raise ValueError(f"prompt token ids must lie in [0, {vocab})")
-    if config.eos_id is not None and config.eos_id >= vocab:
+    if any(e >= vocab for e in config.stop_ids):
         raise ValueError(f"eos_id {config.eos_id} outside the vocabulary [0, {vocab})")
     if config.top_k is not None and config.top_k > vocab:
         raise ValueError(f"top_k={config.top_k} exceeds the vocabulary size {vocab}")

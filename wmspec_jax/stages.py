@@ -56,7 +56,7 @@ class Static:
       temperature: float >= 0; top_k: int or None (applied to P and Q alike).
       context_width: h.
       max_new_tokens: per-row budget.
-      eos_id: stop a row after this token (None: never).
+      stop_ids: stop a row after any of these tokens (empty: never).
     """
 
     method: methods.Method
@@ -66,7 +66,7 @@ class Static:
     top_k: Optional[int]
     context_width: int
     max_new_tokens: int
-    eos_id: Optional[int]
+    stop_ids: tuple = ()
 
     def process(self, logits: jax.Array) -> Candidates:
         return candidates.from_logits(logits, self.temperature, self.top_k)
@@ -337,15 +337,16 @@ def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: j
     window = row_slice(tokens, n, k + 1)
     idx = jnp.arange(k + 1)[None]
     emitted = j + 1
-    if st.eos_id is not None:
-        is_eos = (window == st.eos_id) & (idx < emitted[:, None])
+    if st.stop_ids:
+        stops = jnp.isin(window, jnp.asarray(st.stop_ids, jnp.int32))
+        is_eos = stops & (idx < emitted[:, None])
         emitted = jnp.where(jnp.any(is_eos, axis=1), decoders.first_argmax(is_eos) + 1, emitted)
     remaining = st.max_new_tokens - (n - inputs.start)
     emitted = jnp.where(state.done, 0, jnp.minimum(emitted, remaining))
     keep = idx < emitted[:, None]
     hit_eos = jnp.zeros(n.shape, bool)
-    if st.eos_id is not None:
-        hit_eos = jnp.any((window == st.eos_id) & keep, axis=1)
+    if st.stop_ids:
+        hit_eos = jnp.any(stops & keep, axis=1)
 
     is_final = idx == j[:, None]
     source = jnp.where(is_final, final_source[:, None], jnp.int8(SOURCE_DRAFT))
