@@ -19,7 +19,6 @@ nothing about time.
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import platform

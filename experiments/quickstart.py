@@ -11,7 +11,6 @@ Gumbel-max and SynthID(m) on P with the package's pseudorandom streams.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 
 import jax

@@ -19,14 +19,13 @@ both the correct and the as-published Hu curves.
 
 Every Monte Carlo result is cached under ``<output_dir>/cache`` keyed by its
 inputs, so an interrupted run resumes where it stopped (``--force`` ignores
-the cache). All files are written atomically (temp file + ``os.replace``).
+the cache). All files are written atomically (``wmspec_jax.results.atomic_write``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
 import time
 

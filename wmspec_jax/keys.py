@@ -41,7 +41,7 @@ import os
 import stat
 import struct
 import warnings
-from typing import Iterable, Optional, Sequence, Union
+from typing import Iterable, Optional, Union
 
 import numpy as np
 

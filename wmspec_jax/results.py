@@ -195,8 +195,10 @@ class DirectoryLock:
         self.release()
 
     def __del__(self):
-        with contextlib.suppress(Exception):
+        try:  # at interpreter exit module globals may already be gone; the kernel releases the lock anyway
             self.release()
+        except Exception:
+            pass
 
 
 # ---------------------------------------------------------------------------

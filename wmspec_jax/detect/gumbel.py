@@ -38,7 +38,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import prf
 from wmspec_jax.detect import metrics, pvalues
 from wmspec_jax.detect.common import Detector, Scores, check_unit, detector_config, fitted_provenance
 from wmspec_jax.detect.provenance import check_compatible
@@ -317,7 +316,8 @@ def fit_soft(
         s_t = log( π_b f_D(i)/p0(i) + (1 − π_b) f_T(j)/p0(j) ),
 
     i, j the bins of y^D_t, y^T_t and p0 the null bin masses — the Gumbel
-    analogue of App. D's per-token mixture (Eq. 14), with P(ζ = ζ^D | u) =
+    analogue of App. D's two-stream mixture (Eq. (17); one value per stream
+    and token here, so the mixture is per token), with P(ζ = ζ^D | u) =
     π_b a function of u. π_b and f_κ are frequencies on the training split
     (true sources from the records), smoothed towards the null (Beta(1, 1)
     for π, ``smoothing`` pseudo-tokens spread as p0 for f), so rare bins

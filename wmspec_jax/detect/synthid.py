@@ -151,8 +151,8 @@ def mean_test(g, mask, weights: Optional[Sequence[float]] = None) -> Scores:
 
     Returns:
       :class:`Scores`. The plain mean's p-value is exact (Binomial(n m', ½)).
-      The weighted mean's is exact for n ≤ ``weighted.exact_max_tokens(m')``
-      scored tokens (32 for m' = 30) and a proven upper bound beyond
+      The weighted mean's is exact for n ≤ ``weighted.exact_max_tokens(m', Σa)``
+      scored tokens (57 for SynthID's m' = 30 weights) and a proven upper bound beyond
       (:mod:`.weighted`: tilted Chernoff with a Berry–Esseen allowance), so
       it never overstates significance.
 
@@ -378,7 +378,7 @@ def _score_bayes(params, config, gd, gt, u, mask, choose):
 
 
 def score_bayes(detector: Detector, stats: SynthIDStats, source=None) -> Scores:
-    """Bayesian log-odds log P(H1 | data) / P(H0 | data) (Eq. 13) per text.
+    """Bayesian log-odds log P(H1 | data) / P(H0 | data) (the posterior of Eq. (16)) per text.
 
     ``score`` is the log-odds (σ(score) is the posterior; the log-odds keep
     ranking where the posterior rounds to 1). There is no calibrated null:

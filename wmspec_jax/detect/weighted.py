@@ -17,7 +17,7 @@ U = Σ a⁺ g and the observed L = Σ a⁻ g, S ≥ s_obs implies U ≥ L_obs, s
 P(U ≥ L_obs) is a conservative p-value (equal to the exact one on a lattice).
 
 **Exact, n ≤ ``exact_max_tokens(m', Σa)``** (57 for one stream of SynthID's
-m = 30 weights, 30 for both streams, 315 for m = 6): the law of U is built token by token and layer by layer
+m = 30 weights, 30 for both streams, 311 for m = 6): the law of U is built token by token and layer by layer
 (each layer a shifted add of non-negative counts: no cancellation, so even
 the 2^(−n m') atom at the maximum keeps full relative precision), with the
 counts scaled by a power of two to stay inside float64. The log tails are
