@@ -291,7 +291,8 @@ def test_a_prompt_longer_than_the_limit_is_an_error_not_a_silent_cut(tmp_path, t
     with pytest.raises(ValueError, match="longer than max_length=8"):
         pipeline.Session(dataclasses.replace(SMALL, max_prompt_tokens=8), str(tmp_path), pair=toy_pair)
     # opt-in truncation drops the start of the text, never BOS / the template's end
-    ids, lens = pairs.encode_prompts(toy_pair, ["x" * 50 + "end?"], "question", 8, too_long="truncate")
+    with pytest.warns(UserWarning, match="1 prompt"):
+        ids, lens = pairs.encode_prompts(toy_pair, ["x" * 50 + "end?"], "question", 8, too_long="truncate")
     assert lens.tolist() == [8] and toy_pair.encode_prompt("xxxxend?", "question") == ids[0].tolist()
 
 

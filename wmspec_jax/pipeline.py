@@ -239,7 +239,10 @@ class Session:
             changed = {k: (old.get(k), v) for k, v in s.public().items()
                        if k in GENERATION_FIELDS and json.loads(json.dumps(v)) != old.get(k)}
             if changed:
-                hint = (" (another secret: its fingerprint differs)" if "key_fingerprint" in changed else "")
+                hint = ""
+                if "key_fingerprint" in changed:
+                    hint = (" (written before keys had fingerprints: its texts used the old key derivation)"
+                            if changed["key_fingerprint"][0] is None else " (another secret: its fingerprint differs)")
                 raise ValueError(f"{output_dir} holds generations made with other settings {changed}{hint}; "
                                  "use a new --output_dir (records are reused on resume)")
         need = prompts_needed(s, self.parts)
