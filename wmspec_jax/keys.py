@@ -165,7 +165,8 @@ class StreamKeys:
         return StreamKeys(self._words[rows], self.fingerprint, self.derivation)
 
     def __repr__(self) -> str:
-        rows = "1 key" if self._words.ndim == 2 else f"{self._words.shape[0]} keys"
+        n = self._words.shape[0]
+        rows = "one key for every text" if self._words.ndim == 2 else f"{n} text{'s' if n != 1 else ''}"
         return f"StreamKeys(<{rows}>, fingerprint={self.fingerprint}, derivation={self.derivation})"
 
     __str__ = __repr__
