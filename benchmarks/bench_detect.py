@@ -19,7 +19,6 @@ nothing about time.
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import platform
@@ -32,6 +31,7 @@ from absl import app, flags
 
 import wmspec_jax.detect as det
 from wmspec_jax import context, prf, prf_numpy
+from wmspec_jax import results as wm_results
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 256, "Texts per batch.")
@@ -65,9 +65,9 @@ def main(argv):
         results[name] = {"seconds": seconds, "tokens_per_second": tokens_ / seconds}
         print(f"{name:28s} {tokens_ / seconds / 1e6:8.2f} M tokens/s   ({seconds * 1e3:8.1f} ms per batch)")
 
-    record("gumbel_three_streams", _time(lambda: det.score_ars_tau(det.gumbel_statistics(tokens, keys), 0.5).log_pvalue,
+    record("gumbel_three_streams", _time(lambda: det.score_ars_tau(det.gumbel_statistics(tokens, keys, vocab_size=FLAGS.vocab), 0.5).log_pvalue,
                                          FLAGS.repeats))
-    st = det.gumbel_statistics(tokens, keys)
+    st = det.gumbel_statistics(tokens, keys, vocab_size=FLAGS.vocab)
     starts = jnp.full((b,), prf.DEFAULT_CONTEXT_WIDTH, jnp.int32)
     lengths = jnp.full((b,), length, jnp.int32)
     mask_fn = jax.jit(lambda t: context.scored_mask(t, lengths, starts, prf.DEFAULT_CONTEXT_WIDTH))
@@ -98,8 +98,8 @@ def main(argv):
     soft = det.fit_soft(st, src)
     record("gumbel_soft", _time(lambda: det.score_soft(soft, st).log_pvalue, FLAGS.repeats))
 
-    record("synthid_statistics", _time(lambda: det.synthid_statistics(tokens, keys, m).g_draft, FLAGS.repeats))
-    sy = det.synthid_statistics(tokens, keys, m)
+    record("synthid_statistics", _time(lambda: det.synthid_statistics(tokens, keys, m, vocab_size=FLAGS.vocab).g_draft, FLAGS.repeats))
+    sy = det.synthid_statistics(tokens, keys, m, vocab_size=FLAGS.vocab)
     cfg = det.BayesConfig(mode="mlp", num_layers=m)
     mlp = det.synthid.bayes_detector(cfg, det.synthid.init_params(cfg, jax.random.key(0)))
     record("bayes_mlp (scoring)", _time(lambda: det.score_bayes(mlp, sy).score, FLAGS.repeats))
@@ -108,10 +108,7 @@ def main(argv):
             "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count(),
             "machine": platform.machine(), "jax": jax.__version__}
     out = pathlib.Path(FLAGS.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    tmp.replace(out)
+    wm_results.atomic_write_json(out, {"meta": meta, "results": results})
     print(f"wrote {out}")
 
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import tempfile
 import time
 
 import jax
 import numpy as np
 from absl import app, flags
 
+from wmspec_jax import results as wm_results
 from wmspec_jax import tradeoff as to
 from wmspec_jax.tradeoff import kernels
 
@@ -156,11 +156,7 @@ def main(argv):
         if "agreement_z" in r:
             print(f"{'':78s} JAX vs NumPy estimates differ by {max(r['agreement_z']):.2f} combined SEs")
     out = pathlib.Path(FLAGS.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1, default=float)
-    os.replace(tmp, out)
+    wm_results.atomic_write_text(out, json.dumps(doc, indent=1, default=float))
     print(f"wrote {out}")
 
 

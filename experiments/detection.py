@@ -5,7 +5,12 @@ Generates Alg. 1 texts (Gumbel-max at ``--gumbel_temperature``, SynthID with
 standard speculative samples of the same prompts, trains the detectors on
 the first half (Ars-τ, Ars-Prior, soft; Bayes-Prior, Bayes-MLP, Oracles) and
 reports the second half: ``detection.json`` / ``.csv``,
-``tpr_vs_length.png``, ``roc.png`` under ``--output_dir``. Resumable.
+``tpr_vs_length.png``, ``roc.png`` and the fitted ``detectors/*.npz`` under
+``--output_dir``. Human answers of the dataset (the built-in ELI5 stand-in
+has them) are SynthID's negatives as in the paper (App. D); the FPR is
+reported on both the human and the model negatives. Resumable. The secret:
+``$WMSPEC_SECRET`` / ``--secret_env`` / ``--secret_file`` (as
+``experiments/speculative.py``).
 
   python experiments/detection.py --output_dir=results/detection
   python experiments/detection.py --target=/ckpt/llama-2-7b --draft=/ckpt/llama-68m \
@@ -27,9 +32,11 @@ flags.DEFINE_string("output_dir", "results/detection", "where outputs go")
 
 
 def main(argv):
-    del argv
-    session = pipeline.Session(pipeline.settings_from_flags(), flags.FLAGS.output_dir)
-    out = pipeline.run_detection(session)
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    settings = pipeline.settings_from_flags()
+    with pipeline.Session(settings, flags.FLAGS.output_dir, parts=("detection",)) as session:
+        out = pipeline.run_detection(session)
     print(pipeline.detection_markdown(out))
 
 

@@ -46,7 +46,6 @@ import glob
 import json
 import os
 import sys
-import tempfile
 import time
 
 from absl import app, flags
@@ -58,7 +57,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from wmspec_jax import data  # noqa: E402
+from wmspec_jax import data, results  # noqa: E402
 from wmspec_jax.models import builtin, draft, transformer  # noqa: E402
 from wmspec_jax.models.cache import init_cache  # noqa: E402
 
@@ -88,13 +87,6 @@ flags.DEFINE_integer("seed", 0, "random seed")
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def atomic_savez(path: str, **arrays) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp.npz")
-    with os.fdopen(fd, "wb") as f:
-        np.savez(f, **arrays)
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------- prompts
@@ -160,7 +152,7 @@ def sample_chunks(lm, params, prompts, temperature, seed, tag, workdir):
                       jax.random.PRNGKey(seed * 100003 + c), jnp.float32(temperature))
         cont, vals, idx, valid = map(np.asarray, out)
         n_real = min(b, len(prompts) - c * b)
-        atomic_savez(path, prompts=toks[:n_real], lens=lens[:n_real], cont=cont[:n_real],
+        results.atomic_savez(path, prompts=toks[:n_real], lens=lens[:n_real], cont=cont[:n_real],
                      vals=vals[:n_real].astype(np.float16), idx=idx[:n_real],
                      valid=valid[:n_real], temperature=np.float32(temperature))
         log(f"{tag} T={temperature} seed={seed}: chunk {c + 1}/{n_chunks} "
@@ -296,7 +288,7 @@ def mode_train():
 
     def save(step):
         leaves = jax.tree_util.tree_leaves((adapters, opt_state))
-        atomic_savez(ckpt_path, step=np.int64(step),
+        results.atomic_savez(ckpt_path, step=np.int64(step),
                      **{f"l{i}": np.asarray(l) for i, l in enumerate(leaves)})
 
     rng = np.random.default_rng(FLAGS.seed + start)

@@ -11,15 +11,13 @@ Gumbel-max and SynthID(m) on P with the package's pseudorandom streams.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import tempfile
 
 import jax
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import decoders, prf, theory
+from wmspec_jax import decoders, prf, results, theory
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "results/quickstart", "Where quickstart.json goes.")
@@ -53,11 +51,7 @@ def main(argv):
         "prf_version": prf.PRF_VERSION,
     }
     print(json.dumps(result, indent=2))
-    out = pathlib.Path(FLAGS.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=out, delete=False, suffix=".tmp") as f:
-        json.dump(result, f, indent=2)
-    os.replace(f.name, out / "quickstart.json")
+    results.atomic_write_json(pathlib.Path(FLAGS.output_dir) / "quickstart.json", result)
 
 
 if __name__ == "__main__":

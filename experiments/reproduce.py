@@ -16,11 +16,17 @@ Presets (``--preset``); every other flag overrides the preset:
   run, 48 new tokens, 2e5 Monte Carlo samples for the curves. About 10
   minutes on a 2-core CPU (README for the measured time).
 * ``paper``: the paper's sizes (2,000 texts per detection run split 1,000 /
-  1,000, 200 new tokens, 1e7 Monte Carlo samples). Give the models and the
-  data: ``--target=/ckpt/Llama-2-7b-hf --draft=/ckpt/llama-68m
+  1,000, 200 new tokens, 1e7 Monte Carlo samples). Give the models, the
+  data and a secret: ``WMSPEC_SECRET=... python experiments/reproduce.py
+  --preset=paper --target=/ckpt/Llama-2-7b-hf --draft=/ckpt/llama-68m
   --dataset=eli5:/data/eli5.jsonl`` (or Gemma-7B / Gemma-2B, ``c4:PATH``).
+  This preset refuses to run with the public demo secret.
 
-Everything is resumable: rerun the same command after an interruption.
+The watermark secret is read from ``$WMSPEC_SECRET``, ``--secret_env=VAR`` or
+``--secret_file=PATH`` (never from argv; outputs hold only its fingerprint).
+Every flag, the dataset and the model paths are checked before the first
+stage, and the output directory is locked for the run. Everything is
+resumable: rerun the same command after an interruption.
 
   python experiments/reproduce.py --preset=quick --output_dir=results/quick
 """
@@ -36,11 +42,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from wmspec_jax import pipeline, results  # noqa: E402
 
-PRESETS = {
-    "quick": (pipeline.Settings(), 200_000),
+PARTS = ("tradeoff", "speculative", "detection")
+
+PRESETS = {  # settings, Monte Carlo samples of the curves, whether the public demo secret is allowed
+    "quick": (pipeline.Settings(), 200_000, True),
     "paper": (pipeline.Settings(
         num_prompts=1000, num_detection_texts=2000, max_new_tokens=200, max_prompt_tokens=256, batch_size=32,
-        tpr_lengths=(25, 50, 75, 100, 125, 150, 175, 200)), 10_000_000),
+        tpr_lengths=(25, 50, 75, 100, 125, 150, 175, 200)), 10_000_000, False),
 }
 
 flags.DEFINE_enum("preset", "quick", list(PRESETS), "size of the run (module doc)")
@@ -54,14 +62,22 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    unknown = set(FLAGS.skip) - {"tradeoff", "speculative", "detection"}
+    unknown = set(FLAGS.skip) - set(PARTS)
     if unknown:
         raise app.UsageError(f"--skip: unknown parts {sorted(unknown)}")
-    base, samples = PRESETS[FLAGS.preset]
-    settings = pipeline.settings_from_flags(base)
-    out = FLAGS.output_dir or os.path.join("results", FLAGS.preset)
-    os.makedirs(out, exist_ok=True)
+    base, samples, allow_demo = PRESETS[FLAGS.preset]
+    settings = pipeline.settings_from_flags(base, allow_demo_secret=allow_demo)
+    if FLAGS.tradeoff_samples is not None and FLAGS.tradeoff_samples < 1:
+        raise app.UsageError(f"--tradeoff_samples must be >= 1, got {FLAGS.tradeoff_samples}")
     samples = FLAGS.tradeoff_samples or samples
+    model_parts = [p for p in ("speculative", "detection") if p not in FLAGS.skip]
+    if model_parts:  # dataset, prompt count and model paths: fail now, not after the first stage
+        try:
+            pipeline.preflight(settings, model_parts)
+        except (ValueError, FileNotFoundError) as e:
+            raise app.UsageError(str(e)) from None
+    out = FLAGS.output_dir or os.path.join("results", FLAGS.preset)
+    lock = results.DirectoryLock(out)  # one writer per output directory, for the whole run
     timings, t_all = {}, time.perf_counter()
 
     if "tradeoff" not in FLAGS.skip:
@@ -75,8 +91,8 @@ def main(argv):
     summary_md = [f"# wmspec_jax reproduction ({FLAGS.preset} preset)", ""]
     checks = {}
     session = None
-    if not {"speculative", "detection"} <= set(FLAGS.skip):
-        session = pipeline.Session(settings, out)
+    if model_parts:
+        session = pipeline.Session(settings, out, parts=model_parts)
         summary_md += [f"Pair: `{session.pair.name}`; prompts: `{settings.dataset}`; "
                        f"{settings.max_new_tokens} new tokens per text.", ""]
     if "speculative" not in FLAGS.skip:
@@ -95,11 +111,14 @@ def main(argv):
         summary_md += ["## Fig. 2: TPR at 1% FPR (95% bootstrap CI)", "", pipeline.detection_markdown(det), ""]
     timings["total_seconds"] = time.perf_counter() - t_all
     results.atomic_write_text(os.path.join(out, "summary.md"), "\n".join(summary_md))
-    files = sorted(f for f in os.listdir(out) if os.path.isfile(os.path.join(out, f))) + ["summary.json"]
+    files = sorted(f for f in os.listdir(out) if os.path.isfile(os.path.join(out, f)) and not f.startswith(".")) + ["summary.json"]
     results.atomic_write_json(os.path.join(out, "summary.json"), {
         "preset": FLAGS.preset, "settings": settings.public(), "tradeoff_samples": samples,
         "checks": checks, "timings": timings, "files": files})
     print("\n".join(summary_md))
+    if session is not None:
+        session.close()
+    lock.release()
     pipeline.log(f"done in {timings['total_seconds']:.0f}s; outputs in {out}")
 
 

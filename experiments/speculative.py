@@ -7,10 +7,14 @@ on the same prompts, and writes ``speculative.json`` / ``.csv`` and
 rerunning with the same flags only generates what is missing.
 
   python experiments/speculative.py --output_dir=results/speculative
-  python experiments/speculative.py --target=/ckpt/llama-2-7b --draft=/ckpt/llama-68m \
+  WMSPEC_SECRET=... python experiments/speculative.py --target=/ckpt/llama-2-7b --draft=/ckpt/llama-68m \
       --dataset=eli5:/data/eli5.jsonl --num_prompts=500 --max_new_tokens=200 --batch_size=32
 
-Flags: see ``wmspec_jax.pipeline.FLAG_HELP`` (``--helpfull``).
+The watermark secret comes from ``$WMSPEC_SECRET`` (or ``--secret_env`` /
+``--secret_file``); without one the public demo secret is used, with a
+warning. Every flag is validated before any work; one process at a time may
+write an output directory. Flags: ``wmspec_jax.pipeline.FLAG_HELP``
+(``--helpfull``).
 """
 
 import os
@@ -27,10 +31,11 @@ flags.DEFINE_string("output_dir", "results/speculative", "where outputs go")
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     settings = pipeline.settings_from_flags()
-    session = pipeline.Session(settings, flags.FLAGS.output_dir)
-    summary = pipeline.run_speculative(session)
+    with pipeline.Session(settings, flags.FLAGS.output_dir, parts=("speculative",)) as session:
+        summary = pipeline.run_speculative(session)
     print(pipeline.speculative_markdown(summary["rows"]))
 
 

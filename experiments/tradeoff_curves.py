@@ -19,16 +19,14 @@ both the correct and the as-published Hu curves.
 
 Every Monte Carlo result is cached under ``<output_dir>/cache`` keyed by its
 inputs, so an interrupted run resumes where it stopped (``--force`` ignores
-the cache). All files are written atomically (temp file + ``os.replace``).
+the cache). All files are written atomically (``wmspec_jax.results.atomic_write``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
-import tempfile
 import time
 
 import numpy as np
@@ -36,7 +34,7 @@ from absl import app, flags, logging
 
 import jax
 
-from wmspec_jax import prf
+from wmspec_jax import prf, results
 from wmspec_jax import tradeoff as to
 from wmspec_jax.tradeoff import kernels
 
@@ -68,21 +66,8 @@ ORANGE, BLUE, GRAY = "tab:orange", "tab:blue", "0.45"
 # ---------------------------------------------------------------------------
 
 
-def atomic_write(path: pathlib.Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_json(path: pathlib.Path, obj) -> None:
-    atomic_write(path, (json.dumps(obj, indent=1) + "\n").encode())
+    results.atomic_write_json(path, obj, indent=1)
 
 
 class Cache:
@@ -305,15 +290,10 @@ def plot(result: dict, published_hu: bool, path: pathlib.Path) -> None:
         ax.legend(fontsize=7.5, loc="lower left")
     fig.suptitle(f"Watermark strength vs speculative sampling efficiency — {n:,d} Monte Carlo samples per curve "
                  f"(standard errors in tradeoff.json)", fontsize=10)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=130)
-        os.replace(tmp, path)
+        results.atomic_savefig(fig, path, dpi=130)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def main(argv):

@@ -84,13 +84,28 @@ def test_bad_specs_and_files(tmp_path):
     (tmp_path / "x.txt").write_text("a")
     with pytest.raises(ValueError, match="unsupported"):
         data.load_prompt_set(f"c4:{tmp_path / 'x.txt'}")
+    # the same checks without loading anything (experiments run them before any work)
+    with pytest.raises(ValueError, match="unsupported"):
+        data.parse_dataset_spec(f"c4:{tmp_path / 'x.txt'}")
+    with pytest.raises(FileNotFoundError):
+        data.parse_dataset_spec(f"eli5:{tmp_path / 'missing.jsonl'}")
+    with pytest.raises(ValueError, match="unknown split"):
+        data.parse_dataset_spec("builtin-eli5:test")
+    assert data.parse_dataset_spec("builtin-c4") == ("builtin-c4", "eval")
 
 
 def test_pack_prompts_and_take():
-    toks, lens = data.pack_prompts([[5, 6, 7], [1], [1, 2, 3, 4, 5]], max_length=4, pad_id=0)
+    toks, lens = data.pack_prompts([[5, 6, 7], [1], [1, 2, 3, 4, 5]], max_length=4, pad_id=0, too_long="keep_last")
     assert toks.tolist() == [[5, 6, 7, 0], [1, 0, 0, 0], [2, 3, 4, 5]] and lens.tolist() == [3, 1, 4]
+    first, _ = data.pack_prompts([[1, 2, 3, 4, 5]], max_length=4, too_long="keep_first")
+    assert first.tolist() == [[1, 2, 3, 4]]
     with pytest.raises(ValueError, match="empty prompt"):
         data.pack_prompts([[1], []], 4)
+    # the default refuses to cut: cutting from the left would drop BOS and the chat header
+    with pytest.raises(ValueError, match=r"1 prompt\(s\) are longer than max_length=4 .*items \[2\] have \[5\]"):
+        data.pack_prompts([[5, 6, 7], [1], [1, 2, 3, 4, 5]], max_length=4)
+    with pytest.raises(ValueError, match="max_length"):
+        data.pack_prompts([[1]], 0)
     qs = data.builtin_questions()
     a, b = qs.take(10, seed=1), qs.take(10, seed=1, offset=10)
     assert len(a) == 10 and not set(a.prompts) & set(b.prompts)

@@ -4,6 +4,7 @@ Reference implementation of "Improving the Trade-off Between Watermark
 Strength and Speculative Sampling Efficiency for Language Models" (ICLR 2026).
 
 Modules (one idea each):
+  keys         the secret and the one way from it to per-text stream keys
   prf          keyed, versioned counter-based streams ζ^D, ζ^T, ζ^R
   context      the repeated-context rule shared by generation and detection
   decoders     unbiased decoders (Gumbel-max, SynthID), sampler, temperature/top-k
@@ -24,6 +25,7 @@ from wmspec_jax import (
     data,
     decoders,
     detect,
+    keys,
     lm,
     models,
     pairs,

@@ -218,6 +218,9 @@ def builtin_openings(
 # ---------------------------------------------------------------------------
 
 
+_FILE_BUILDERS = {"jsonl": "json", "json": "json", "csv": "csv", "parquet": "parquet"}
+
+
 def _load_local(path: str):
     import datasets
 
@@ -227,7 +230,7 @@ def _load_local(path: str):
     if not os.path.exists(path):
         raise FileNotFoundError(f"dataset file not found: {path}")
     ext = pathlib.Path(path).suffix.lower().lstrip(".")
-    builder = {"jsonl": "json", "json": "json", "csv": "csv", "parquet": "parquet"}.get(ext)
+    builder = _FILE_BUILDERS.get(ext)
     if builder is None:
         raise ValueError(f"unsupported dataset file type {ext!r}: use json, jsonl, csv, parquet or a saved dataset dir")
     return datasets.load_dataset(builder, data_files=path, split="train")
@@ -266,23 +269,45 @@ def load_c4(path: str, chars: int = C4_PROMPT_CHARS) -> PromptSet:
     return PromptSet(f"c4:{os.path.basename(path)}", "text", tuple(examples))
 
 
-def load_prompt_set(spec: str) -> PromptSet:
-    """``builtin-eli5[:SPLIT]`` | ``builtin-c4[:SPLIT]`` | ``eli5:PATH`` | ``c4:PATH``.
+def parse_dataset_spec(spec: str) -> tuple:
+    """Checks a ``--dataset`` spec without loading it: (kind, split or path).
 
-    Built-in sets default to the held-out ``eval`` split (module doc).
+    Raises:
+      ValueError: unknown kind, split or file type; FileNotFoundError: a
+        missing file (so an experiment fails before any work rather than
+        after its first stage).
     """
+    if not isinstance(spec, str):
+        raise ValueError(f"dataset spec must be a string, got {type(spec).__name__}")
     kind, _, path = spec.partition(":")
     if kind in ("builtin-eli5", "builtin-c4"):
         split = path or "eval"
         if split not in SPLITS + ("all",):
             raise ValueError(f"unknown split {split!r} in {spec!r}: use eval, train or all")
-        return builtin_questions(split) if kind == "builtin-eli5" else builtin_openings(split=split)
-    if kind == "eli5" and path:
-        return load_eli5(path)
-    if kind == "c4" and path:
-        return load_c4(path)
+        return kind, split
+    if kind in ("eli5", "c4") and path:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"dataset {spec!r}: file not found: {path}")
+        ext = pathlib.Path(path).suffix.lower().lstrip(".")
+        if not os.path.isdir(path) and ext not in _FILE_BUILDERS:
+            raise ValueError(f"unsupported dataset file type {ext!r}: use json, jsonl, csv, parquet or a saved "
+                             "dataset dir")
+        return kind, path
     raise ValueError(f"unknown dataset spec {spec!r}: use builtin-eli5[:split], builtin-c4[:split], "
                      "eli5:PATH or c4:PATH")
+
+
+def load_prompt_set(spec: str) -> PromptSet:
+    """``builtin-eli5[:SPLIT]`` | ``builtin-c4[:SPLIT]`` | ``eli5:PATH`` | ``c4:PATH``.
+
+    Built-in sets default to the held-out ``eval`` split (module doc).
+    """
+    kind, arg = parse_dataset_spec(spec)
+    if kind == "builtin-eli5":
+        return builtin_questions(arg)
+    if kind == "builtin-c4":
+        return builtin_openings(split=arg)
+    return load_eli5(arg) if kind == "eli5" else load_c4(arg)
 
 
 # ---------------------------------------------------------------------------
@@ -290,24 +315,51 @@ def load_prompt_set(spec: str) -> PromptSet:
 # ---------------------------------------------------------------------------
 
 
-def pack_prompts(token_lists: Sequence[Sequence[int]], max_length: int, pad_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+TOO_LONG = ("error", "keep_last", "keep_first")
+
+
+def pack_prompts(token_lists: Sequence[Sequence[int]], max_length: int, pad_id: int = 0, *,
+                 too_long: str = "error") -> tuple[np.ndarray, np.ndarray]:
     """Left-aligned int32[B, P] prompts and int32[B] lengths.
 
-    Prompts longer than ``max_length`` keep their *last* ``max_length``
-    tokens (the end of a prompt is what conditions the answer).
+    Args:
+      token_lists: token ids per prompt.
+      max_length: P at most.
+      pad_id: filler after each prompt.
+      too_long: what to do with a list longer than ``max_length``:
+        ``"error"`` (default: cutting ids silently drops a BOS token or a chat
+        header), ``"keep_last"`` (the end of a prompt conditions the answer)
+        or ``"keep_first"`` (the start of a human text).
+
+    Raises:
+      ValueError: an empty list, a bad ``max_length``, or (``"error"``) lists
+        longer than ``max_length`` — the message names them.
     """
+    if too_long not in TOO_LONG:
+        raise ValueError(f"too_long must be one of {TOO_LONG}, got {too_long!r}")
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
+        raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
     if not token_lists:
         raise ValueError("no prompts to pack")
-    lengths = np.array([min(len(t), max_length) for t in token_lists], np.int32)
-    if (lengths == 0).any():
-        raise ValueError("empty prompt after tokenisation")
+    sizes = np.array([len(t) for t in token_lists])
+    if (sizes == 0).any():
+        raise ValueError(f"empty prompt after tokenisation (items {np.flatnonzero(sizes == 0)[:10].tolist()})")
+    long = np.flatnonzero(sizes > max_length)
+    if long.size and too_long == "error":
+        raise ValueError(f"{long.size} prompt(s) are longer than max_length={max_length} tokens (items "
+                         f"{long[:10].tolist()} have {sizes[long[:10]].tolist()}); raise the limit "
+                         "(--max_prompt_tokens) or shorten them (pairs.encode_prompts(..., too_long='truncate') "
+                         "shortens the text and keeps BOS and the chat template)")
+    lengths = np.minimum(sizes, max_length).astype(np.int32)
     out = np.full((len(token_lists), int(lengths.max())), pad_id, np.int32)
     for i, toks in enumerate(token_lists):
-        toks = list(toks)[-max_length:]
+        toks = list(toks)
+        toks = toks[:max_length] if too_long == "keep_first" else toks[-max_length:]
         out[i, : len(toks)] = toks
     return out, lengths
 
 
-def encode_texts(encode: Callable[[str], Iterable[int]], texts: Sequence[str], max_length: int, pad_id: int = 0):
-    """Tokenise texts with ``encode`` and pack them (:func:`pack_prompts`)."""
-    return pack_prompts([list(encode(t)) for t in texts], max_length, pad_id)
+def encode_texts(encode: Callable[[str], Iterable[int]], texts: Sequence[str], max_length: int, pad_id: int = 0,
+                 *, too_long: str = "keep_first"):
+    """Tokenise texts with ``encode`` and pack them (:func:`pack_prompts`; long texts keep their start)."""
+    return pack_prompts([list(encode(t)) for t in texts], max_length, pad_id, too_long=too_long)

@@ -12,24 +12,32 @@ Detection protocol (Sec. 5, App. E.1), per decoder:
   indices trains (Ars-τ's τ, Ars-Prior's p, the soft detector, the Bayesian
   detectors; SynthID also holds out the last quarter of the training half
   for validation), the second half tests;
-* negatives: unwatermarked texts of the same pair and prompts (``standard``
-  speculative sampling), split the same way, each scored under the key of
-  its own index (any key is independent of them);
-* Gumbel-max: TPR at 1 % FPR from the exact p-values (p ≤ 0.01; the
-  negatives check the FPR); SynthID Bayes-*: threshold from the test
-  negatives (no closed-form null), as in the paper.
+* negatives, two sets, each split the same way and scored under the key of
+  its own index (the positive run's key: any key is independent of them):
+  *model* negatives — unwatermarked texts of the same pair and prompts
+  (``standard`` speculative sampling) — and *human* negatives — the
+  dataset's human answers / continuations of the same prompts, where it has
+  them (the built-in ELI5 stand-in does; prompt + human text, at most
+  ``max_new_tokens`` tokens). Human texts get random token sources
+  (:func:`wmspec_jax.detect.pseudo_source`) for the Oracle detectors;
+* Gumbel-max: TPR at 1 % FPR from the exact p-values (p ≤ 0.01); the FPR at
+  p ≤ 0.01 is reported on both negative sets;
+* SynthID Bayes-*: as the paper (App. D), human negatives train the
+  detectors and set the 1 % threshold when the dataset has them (else the
+  model negatives do); at each length only negatives with at least that
+  many tokens count. The FPR at that threshold is reported on both sets.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import os
+from typing import Optional, Sequence
 
 import jax
 import numpy as np
 
 from wmspec_jax import detect, results
 from wmspec_jax.detect import metrics
-from wmspec_jax.runs import text_keys
 
 ALPHA = 0.01
 
@@ -60,16 +68,24 @@ def speculative_row(name: str, records: Sequence[dict]) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def texts_from_records(records: Sequence[dict], prompts: np.ndarray, secret: str):
+def texts_from_records(records: Sequence[dict], prompts: np.ndarray, keys):
     """Rebuilds prompt + generated rows for detection.
+
+    Args:
+      records: run records (:func:`wmspec_jax.runs.generate_run`).
+      prompts: int32[N, P] the experiment's packed prompts.
+      keys: :class:`wmspec_jax.keys.StreamKeys` of the records' texts, in
+        the records' order (the keys detection scores them with).
 
     Returns:
       dict with ``tokens`` int32[N, L], ``lengths``, ``starts`` int32[N]
       (generation starts: the repeated-context rule of generation),
-      ``source`` int8[N, L] (−1 outside generated tokens), ``keys``
-      uint32[N, 3, 2] (per-text keys), ``indices`` int[N].
+      ``source`` int8[N, L] (−1 outside generated tokens), ``keys``,
+      ``indices`` int[N].
     """
     n = len(records)
+    if len(keys) != n:
+        raise ValueError(f"{len(keys)} keys for {n} records")
     width = max(r["prompt_length"] + len(r["tokens"]) for r in records)
     tokens = np.zeros((n, width), np.int32)
     source = np.full((n, width), -1, np.int8)
@@ -81,8 +97,33 @@ def texts_from_records(records: Sequence[dict], prompts: np.ndarray, secret: str
         source[row, p : p + len(gen)] = r["source"]
         lengths[row], starts[row] = p + len(gen), p
     indices = np.array([r["index"] for r in records])
-    return {"tokens": tokens, "lengths": lengths, "starts": starts, "source": source,
-            "keys": text_keys(secret, indices), "indices": indices}
+    return {"tokens": tokens, "lengths": lengths, "starts": starts, "source": source, "keys": keys,
+            "indices": indices}
+
+
+def texts_from_human(prompts: np.ndarray, prompt_lengths: np.ndarray, human_ids: Sequence[Sequence[int]],
+                     indices: Sequence[int], keys, draft_fraction: float, rng):
+    """Prompt + human-text rows (the human negatives), in the layout of :func:`texts_from_records`.
+
+    Args:
+      prompts, prompt_lengths: the experiment's packed prompts.
+      human_ids: token ids of the human text of each prompt (all prompts).
+      indices: the prompts to use (each must have a non-empty human text).
+      keys: their StreamKeys; ``draft_fraction``, ``rng``: the random
+        sources given to the Oracle detectors (no records exist).
+    """
+    indices = [int(i) for i in indices]
+    recs = [{"index": i, "prompt_length": int(prompt_lengths[i]), "tokens": list(human_ids[i]),
+             "source": [0] * len(human_ids[i])} for i in indices]
+    texts = texts_from_records(recs, prompts, keys)
+    generated = texts["source"] >= 0
+    texts["source"] = np.asarray(detect.pseudo_source(generated, draft_fraction, rng))
+    return texts
+
+
+def with_human(human_ids: Sequence[Sequence[int]], indices: Sequence[int]) -> list:
+    """The indices whose human text is non-empty."""
+    return [int(i) for i in indices if len(human_ids[int(i)]) > 0]
 
 
 def split_half(records: Sequence[dict]) -> tuple[list, list]:
@@ -108,6 +149,23 @@ def _lengths_available(texts, grid):
     return [int(x) for x in grid if x <= shortest]
 
 
+def _long_enough(texts, length: int) -> np.ndarray:
+    """Rows with at least ``length`` generated (or human) tokens."""
+    return np.flatnonzero(texts["lengths"] - texts["starts"] >= length)
+
+
+def _fpr_estimate(flags) -> dict:
+    flags = np.asarray(flags, bool)
+    est = metrics.clopper_pearson(int(flags.sum()), int(flags.size)) if flags.size else None
+    return {"flagged": int(flags.sum()), "negatives": int(flags.size),
+            **(_estimate(est) if est else {"value": float("nan"), "lower": float("nan"), "upper": float("nan")})}
+
+
+def _save(save_dir, name: str, detector) -> None:
+    if save_dir is not None:
+        detect.save_detector(os.path.join(save_dir, f"{name}.npz"), detector)
+
+
 # ---------------------------------------------------------------------------
 # Gumbel-max (Ars-τ / Ars-Prior / Oracle; single-stream and soft for reference)
 # ---------------------------------------------------------------------------
@@ -120,52 +178,62 @@ def _gumbel_stats(texts, vocab_size, context_width):
 
 
 def evaluate_gumbel(train_pos, test_pos, test_neg, *, lengths: Sequence[int], roc_length: int, vocab_size: int,
-                    context_width: int, seed: int = 0, num_resamples: int = 1000) -> dict:
+                    context_width: int, seed: int = 0, num_resamples: int = 1000, test_human=None,
+                    save_dir: Optional[str] = None) -> dict:
     """TPR at 1 % FPR vs length and ROC for the Gumbel-max detectors (Fig. 2 middle, Fig. 5).
 
     Args:
-      train_pos, test_pos, test_neg: :func:`texts_from_records` dicts.
+      train_pos, test_pos, test_neg: :func:`texts_from_records` dicts
+        (test_neg: model negatives).
       lengths: token lengths of the TPR curve (kept where every text is
         that long); ``roc_length``: length of the ROC curves (cut to the
         shortest text if longer).
+      test_human: optional human negatives (:func:`texts_from_human`); their
+        FPR at p ≤ 0.01 is reported.
+      save_dir: if given, the fitted detectors are saved there (key-free).
     """
     tr, tp, tn = (_gumbel_stats(t, vocab_size, context_width) for t in (train_pos, test_pos, test_neg))
-    tau = detect.fit_ars_tau(tr, target_fpr=ALPHA, context_width=context_width)
+    tau = detect.fit_ars_tau(tr, target_fpr=ALPHA)
     p_draft = detect.draft_fraction(train_pos["source"], np.asarray(tr.mask))
-    soft = detect.fit_soft(tr, train_pos["source"], context_width=context_width)
+    soft = detect.fit_soft(tr, train_pos["source"])
+    prior = detect.ars_prior_detector(p_draft, provenance=tr.provenance)
+    for name, d in (("gumbel-ars-tau", tau), ("gumbel-ars-prior", prior), ("gumbel-soft", soft)):
+        _save(save_dir, name, d)
     rng = jax.random.key(seed)
 
     def score_all(stats, source):
         return {
-            "Ars-tau": detect.score_ars_tau(stats, tau.config["tau"]),
-            "Ars-Prior": detect.score_ars_prior(stats, p_draft, jax.random.fold_in(rng, 1)),
+            "Ars-tau": detect.score(tau, stats),
+            "Ars-Prior": detect.score(prior, stats, rng=jax.random.fold_in(rng, 1)),
             "Oracle": detect.score_oracle(stats, source),
             "single (target stream)": detect.score_single(stats),
-            "soft (ours)": detect.score_soft(soft, stats),
+            "soft (ours)": detect.score(soft, stats),
         }
 
     grid = _lengths_available(test_pos, lengths)
     curves = {}
     for i, length in enumerate(grid):
-        for name, s in score_all(detect.truncate(tp, length), test_pos["source"]).items():
-            est = metrics.bootstrap_tpr_at_alpha(np.asarray(s.log_pvalue), ALPHA, jax.random.fold_in(rng, 100 + i),
+        for name, sc in score_all(detect.truncate(tp, length), test_pos["source"]).items():
+            est = metrics.bootstrap_tpr_at_alpha(np.asarray(sc.log_pvalue), ALPHA, jax.random.fold_in(rng, 100 + i),
                                                  num_resamples=num_resamples)
             curves.setdefault(name, []).append(_estimate(est))
     roc_len = min(roc_length, int(np.min(test_pos["lengths"] - test_pos["starts"])),
                   int(np.min(test_neg["lengths"] - test_neg["starts"])))
     pos_s = score_all(detect.truncate(tp, roc_len), test_pos["source"])
     neg_s = score_all(detect.truncate(tn, roc_len), test_neg["source"])
-    roc, fpr_check = {}, {}
-    for name in pos_s:
-        roc[name] = _roc(np.asarray(detect.decision_scores(pos_s[name])),
-                         np.asarray(detect.decision_scores(neg_s[name])))
-        flagged = int(np.sum(np.asarray(neg_s[name].log_pvalue) <= np.log(ALPHA)))
-        cp = metrics.clopper_pearson(flagged, len(test_neg["indices"]))
-        fpr_check[name] = {"flagged": flagged, "negatives": len(test_neg["indices"]), **_estimate(cp)}
+    fpr = {"model": {name: _fpr_estimate(np.asarray(v.log_pvalue) <= np.log(ALPHA)) for name, v in neg_s.items()}}
+    if test_human is not None and len(test_human["indices"]):
+        # p-values are calibrated at any length: each human text is scored on up to roc_len tokens
+        hs = _gumbel_stats(test_human, vocab_size, context_width)
+        hum_s = score_all(detect.truncate(hs, roc_len), test_human["source"])
+        fpr["human"] = {name: _fpr_estimate(np.asarray(v.log_pvalue) <= np.log(ALPHA)) for name, v in hum_s.items()}
+    roc = {name: _roc(np.asarray(detect.decision_scores(pos_s[name])), np.asarray(detect.decision_scores(neg_s[name])))
+           for name in pos_s}
     return {"decoder": "gumbel", "lengths": grid, "tpr": curves, "roc_length": roc_len, "roc": roc,
-            "fpr_at_alpha_on_negatives": fpr_check, "tau": tau.config["tau"], "draft_fraction": p_draft,
-            "train_texts": len(train_pos["indices"]), "test_texts": len(test_pos["indices"]),
-            "test_negatives": len(test_neg["indices"])}
+            "fpr_at_alpha": fpr, "tau": tau.config["tau"], "draft_fraction": p_draft,
+            "threshold": "p <= 0.01 (exact Gamma null)", "train_texts": len(train_pos["indices"]),
+            "test_texts": len(test_pos["indices"]), "test_negatives": len(test_neg["indices"]),
+            "test_human_negatives": 0 if test_human is None else len(test_human["indices"])}
 
 
 # ---------------------------------------------------------------------------
@@ -178,66 +246,108 @@ def _synthid_stats(texts, num_layers, vocab_size, context_width):
                                      starts=texts["starts"], context_width=context_width, vocab_size=vocab_size)
 
 
-def _take(stats, idx):
-    return type(stats)(*[x[idx] for x in stats])
-
-
 def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: int, lengths: Sequence[int],
                      roc_length: int, vocab_size: int, context_width: int, seed: int = 0,
-                     num_resamples: int = 1000, train_config=None) -> dict:
+                     num_resamples: int = 1000, train_config=None, train_human=None, test_human=None,
+                     mixture: str = "layer", save_dir: Optional[str] = None) -> dict:
     """TPR at 1 % FPR vs length and ROC for the SynthID detectors (Fig. 2 right, Fig. 5).
 
+    Args:
+      train_pos, train_neg, test_pos, test_neg: :func:`texts_from_records`
+        dicts (negatives: the model's unwatermarked texts).
+      train_human, test_human: human negatives (:func:`texts_from_human`);
+        when both hold at least 4 / 1 texts they train the detectors and set
+        the thresholds, as in the paper; otherwise the model negatives do.
+      mixture: ``BayesConfig.mixture`` (``"layer"``: the paper's Eq. (17)).
+      save_dir: if given, the trained detectors are saved there.
+
     The Bayesian detectors train on the first 3/4 of the training split and
-    validate (early stopping, L2 choice) on the last 1/4; thresholds come
-    from the test negatives.
+    validate (early stopping, L2 choice) on the last 1/4. At each length the
+    threshold comes from the test negatives of the primary set that have at
+    least that many tokens.
     """
-    st = {k: _synthid_stats(t, num_layers, vocab_size, context_width)
-          for k, t in (("trp", train_pos), ("trn", train_neg), ("tp", test_pos), ("tn", test_neg))}
+    use_human = (train_human is not None and test_human is not None and len(train_human["indices"]) >= 4
+                 and len(test_human["indices"]) >= 1)
+    primary = "human" if use_human else "model"
+    sets = {"trp": train_pos, "tp": test_pos, "trn": train_human if use_human else train_neg,
+            "tn_model": test_neg}
+    if test_human is not None and len(test_human["indices"]):
+        sets["tn_human"] = test_human
+    st = {k: _synthid_stats(t, num_layers, vocab_size, context_width) for k, t in sets.items()}
+    texts_neg = {"model": test_neg, "human": sets.get("tn_human")}
     p_draft = detect.draft_fraction(train_pos["source"], np.asarray(st["trp"].mask))
-    cut_p, cut_n = (3 * len(t["indices"]) // 4 for t in (train_pos, train_neg))
-    part = {
-        "train": (slice(0, cut_p), slice(0, cut_n)),
-        "val": (slice(cut_p, None), slice(cut_n, None)),
-    }
+    cut_p, cut_n = (3 * len(t["indices"]) // 4 for t in (train_pos, sets["trn"]))
+    part = {"train": (slice(0, cut_p), slice(0, cut_n)), "val": (slice(cut_p, None), slice(cut_n, None))}
     n_fit = cut_p + cut_n
     tc = train_config or detect.TrainConfig(learning_rate=0.05, epochs=40, batch_size=min(64, n_fit),
                                             patience=8, l2_grid=(0.0, 1e-2), seed=seed)
     detectors = {}
     for label, mode in (("Bayes-Prior", "prior"), ("Bayes-MLP", "mlp"), ("Oracle", "oracle")):
         cfg = detect.BayesConfig(mode=mode, num_layers=num_layers, draft_fraction=p_draft,
-                                 context_width=context_width)
-        sets = {}
+                                 context_width=context_width, mixture=mixture)
+        splits = {}
         for name, (ip, ineg) in part.items():
             kw = {}
             if mode == "oracle":
-                kw = dict(positives_source=train_pos["source"][ip], negatives_source=train_neg["source"][ineg])
-            sets[name] = detect.make_dataset(_take(st["trp"], ip), _take(st["trn"], ineg), **kw)
-        detectors[label], _ = detect.train_bayes(cfg, sets["train"], sets["val"], tc)
+                kw = dict(positives_source=train_pos["source"][ip], negatives_source=sets["trn"]["source"][ineg])
+            splits[name] = detect.make_dataset(detect.take(st["trp"], ip), detect.take(st["trn"], ineg), **kw)
+        detectors[label], _ = detect.train_bayes(cfg, splits["train"], splits["val"], tc)
+        _save(save_dir, "synthid-" + label.lower(), detectors[label])
 
-    def score_all(pos_or_neg, stats):
-        texts = test_pos if pos_or_neg == "pos" else test_neg
-        out = {name: detect.score_bayes(d, stats, texts["source"] if name == "Oracle" else None)
+    def score_all(texts, stats):
+        out = {name: detect.score(d, stats, source=texts["source"] if name == "Oracle" else None)
                for name, d in detectors.items()}
         out["mean (both streams)"] = detect.mean_test(detect.synthid.both_g(stats), stats.mask)
         return {k: np.asarray(detect.decision_scores(v)) for k, v in out.items()}
 
+    def negatives_at(which: str, length: int):
+        """(scores per detector, count) of the negatives of a set with >= length tokens, truncated there."""
+        texts, stats = texts_neg[which], st[f"tn_{which}"]
+        rows = _long_enough(texts, length)
+        if rows.size == 0:
+            return {}, 0
+        return score_all({"source": texts["source"][rows]}, detect.truncate(detect.take(stats, rows), length)), rows.size
+
     rng = jax.random.key(seed)
-    shortest = min(int(np.min(t["lengths"] - t["starts"])) for t in (test_pos, test_neg))
+    shortest = int(np.min(test_pos["lengths"] - test_pos["starts"]))
     grid = [x for x in lengths if x <= shortest]
-    curves = {}
+    curves, counts = {}, []
     for i, length in enumerate(grid):
-        pos = score_all("pos", detect.truncate(st["tp"], length))
-        neg = score_all("neg", detect.truncate(st["tn"], length))
+        pos = score_all(test_pos, detect.truncate(st["tp"], length))
+        neg, count = negatives_at(primary, length)
+        counts.append(count)
         for name in pos:
+            if count == 0:
+                curves.setdefault(name, []).append({"value": float("nan"), "lower": float("nan"),
+                                                    "upper": float("nan")})
+                continue
             est = metrics.bootstrap_tpr_at_fpr(pos[name], neg[name], ALPHA, jax.random.fold_in(rng, 100 + i),
                                                num_resamples=num_resamples)
             curves.setdefault(name, []).append(_estimate(est))
     roc_len = min(roc_length, shortest)
-    pos = score_all("pos", detect.truncate(st["tp"], roc_len))
-    neg = score_all("neg", detect.truncate(st["tn"], roc_len))
+    while roc_len > 1 and negatives_at(primary, roc_len)[1] == 0:
+        roc_len -= 1  # human texts can be short: the ROC uses a length some negatives reach
+    pos = score_all(test_pos, detect.truncate(st["tp"], roc_len))
+    neg, _ = negatives_at(primary, roc_len)
     roc = {name: _roc(pos[name], neg[name]) for name in pos}
-    return {"decoder": "synthid", "num_layers": num_layers, "lengths": grid, "tpr": curves, "roc_length": roc_len,
-            "roc": roc, "draft_fraction": p_draft,
+    fpr = {}
+    for which in ("model", "human"):
+        if texts_neg[which] is None:
+            continue
+        other, count = negatives_at(which, roc_len)
+        fpr[which] = {}
+        for name in pos:
+            if name.startswith("mean"):  # calibrated: p <= 0.01
+                flags = other[name] >= -np.log(ALPHA)
+            else:
+                _, threshold = metrics.tpr_at_fpr(pos[name], neg[name], ALPHA)
+                flags = other[name] > threshold
+            fpr[which][name] = _fpr_estimate(flags)
+    return {"decoder": "synthid", "num_layers": num_layers, "mixture": mixture, "lengths": grid, "tpr": curves,
+            "negatives": primary, "negatives_per_length": counts, "roc_length": roc_len, "roc": roc,
+            "fpr_at_threshold": fpr, "draft_fraction": p_draft,
+            "threshold": f"1% FPR on the {primary} test negatives with at least that many tokens",
             "chosen_l2": {k: d.config.get("l2") for k, d in detectors.items()},
             "train_texts": len(train_pos["indices"]), "test_texts": len(test_pos["indices"]),
-            "test_negatives": len(test_neg["indices"])}
+            "test_negatives": len(test_neg["indices"]),
+            "test_human_negatives": 0 if test_human is None else len(test_human["indices"])}

@@ -16,11 +16,15 @@ The experiments' ``--target`` / ``--draft`` flags name a pair:
 Prompts are encoded by kind: a ``"question"`` goes through the tokenizer's
 chat template when it has one (else plain text with special tokens); a
 ``"text"`` opening is plain text with the tokenizer's special tokens (BOS).
+A prompt longer than the limit is an error by default, never cut from the
+left (that would drop BOS and the chat header): :func:`encode_prompts`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import jax.numpy as jnp
@@ -144,10 +148,70 @@ def load_pair(target: str, draft: str, dtype: str = "float32") -> ModelPair:
     return _checkpoint_pair(t, d, name=f"{t.name}+{d.name}")
 
 
-def encode_prompts(pair: ModelPair, prompts: Sequence[str], kind: str, max_length: int):
-    """Token ids of prompts, packed: (int32[B, P], int32[B]) (keeps each prompt's end)."""
+def check_pair_spec(target: str, draft: str, dtype: str = "float32") -> None:
+    """Checks ``--target`` / ``--draft`` / ``--dtype`` without loading anything (experiments validate
+    their flags before any work): ``builtin``/``toy`` on both sides or neither, a known dtype, and
+    checkpoint directories that exist and hold a ``config.json``.
+    """
+    special = {BUILTIN, TOY}
+    if (target in special or draft in special) and target != draft:
+        raise ValueError(f"--target and --draft must both be 'builtin' or both 'toy' (got {target!r}, {draft!r})")
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    if target in special:
+        return
+    for flag, path in (("--target", target), ("--draft", draft)):
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"{flag}={path}: checkpoint directory not found")
+        if not os.path.isfile(os.path.join(path, "config.json")):
+            raise FileNotFoundError(f"{flag}={path}: no config.json (not a Hugging Face checkpoint directory)")
+
+
+TOO_LONG = ("error", "truncate")
+
+
+def encode_prompts(pair: ModelPair, prompts: Sequence[str], kind: str, max_length: int, *,
+                   too_long: str = "error"):
+    """Token ids of prompts, packed: (int32[B, P], int32[B]).
+
+    Args:
+      pair: the model pair (its tokenizer / chat template, :func:`load_pair`).
+      prompts: texts; ``kind``: ``"question"`` (chat template when the
+        tokenizer has one) or ``"text"`` (plain, with special tokens).
+      max_length: P at most.
+      too_long: a prompt whose encoding is longer than ``max_length``:
+        ``"error"`` (default; the message names the prompts) or
+        ``"truncate"`` — drop the *start of its text* until it fits, so BOS,
+        the chat template and the text's end stay intact (a warning counts
+        them). Ids are never cut from the left of the encoding, which would
+        drop BOS and the chat header.
+    """
     from wmspec_jax import data
 
-    ids = [pair.encode_prompt(p, kind) for p in prompts]
-    return data.pack_prompts(ids, max_length, pair.pad_id)
+    if too_long not in TOO_LONG:
+        raise ValueError(f"too_long must be one of {TOO_LONG}, got {too_long!r}")
+    ids = [list(pair.encode_prompt(p, kind)) for p in prompts]
+    if too_long == "truncate":
+        shortened = 0
+        for i, text in enumerate(prompts):
+            if len(ids[i]) > max_length:
+                ids[i] = _fit_text(pair, text, kind, max_length)
+                shortened += 1
+        if shortened:
+            warnings.warn(f"{shortened} prompt(s) longer than {max_length} tokens: dropped the start of their text "
+                          "(BOS and the chat template kept)", stacklevel=2)
+    return data.pack_prompts(ids, max_length, pair.pad_id, too_long="error")
 
+
+def _fit_text(pair: ModelPair, text: str, kind: str, max_length: int) -> list:
+    """The encoding of the longest suffix of ``text`` that fits in ``max_length`` tokens (binary search)."""
+    lo, hi = 0, len(text)  # characters dropped from the start: hi always fits (if anything does)
+    if len(pair.encode_prompt("", kind)) > max_length:
+        raise ValueError(f"max_length={max_length} is shorter than the prompt template alone")
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(pair.encode_prompt(text[mid:], kind)) <= max_length:
+            hi = mid
+        else:
+            lo = mid + 1
+    return list(pair.encode_prompt(text[lo:], kind))

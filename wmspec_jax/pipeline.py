@@ -8,14 +8,24 @@ Alg. 1 and standard K = ``detect_lookahead`` runs of the speed table are the
 positives and negatives of the detection experiment, and a rerun (or an
 interrupted run) only generates what is missing.
 
+Safety of the outputs: :class:`Settings` are validated when built, and
+:func:`preflight` checks the dataset and the model paths, so a bad flag fails
+before any work; a :class:`Session` holds the output directory's lock
+(:class:`wmspec_jax.results.DirectoryLock`: a second writer is refused) and
+refuses to resume a directory whose generations used other settings or
+another secret (by its fingerprint). The secret (:class:`wmspec_jax.keys.Secret`)
+is never printed, logged or written: ``settings.json`` holds its fingerprint.
+
 Outputs under ``output_dir`` (all written atomically):
 
 * ``generations.jsonl`` — one record per generated text (resumable);
+* ``settings.json`` — the settings (no secret; its fingerprint);
 * ``speculative.json`` / ``speculative.csv`` — Tables 1-2 layout;
   ``aatps.png`` — Fig. 2 left (AATPS with 95 % CIs);
 * ``detection.json`` / ``detection.csv`` — TPR at 1 % FPR per length and
-  detector, ROC curves; ``tpr_vs_length.png`` (Fig. 2 middle/right),
-  ``roc.png`` (Fig. 5).
+  detector, FPR on each set of negatives, ROC curves; ``tpr_vs_length.png``
+  (Fig. 2 middle/right), ``roc.png`` (Fig. 5); ``detectors/*.npz`` — the
+  fitted detectors (key-free, with their provenance).
 """
 
 from __future__ import annotations
@@ -24,20 +34,29 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import os
 import time
+import warnings
 from typing import Optional, Sequence
 
+import jax
 import numpy as np
 
-from wmspec_jax import data, decoders, evaluation, pairs, prf, results, runs
+from wmspec_jax import data, decoders, detect, evaluation, keys, pairs, prf, results, runs
 
 GUMBEL, SYNTHID = decoders.GUMBEL, decoders.SYNTHID
+PARTS = ("speculative", "detection")
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Everything an experiment run depends on (saved next to its outputs)."""
+    """Everything an experiment run depends on (saved next to its outputs, without the secret).
+
+    Validated when built (:meth:`validate`): a bad value fails before any work.
+    ``secret`` accepts a :class:`wmspec_jax.keys.Secret` or the secret itself
+    (stored as a ``Secret``: its ``repr`` shows only the fingerprint).
+    """
 
     target: str = pairs.BUILTIN
     draft: str = pairs.BUILTIN
@@ -53,30 +72,110 @@ class Settings:
     gumbel_temperature: float = 0.5
     synthid_temperature: float = 0.7
     synthid_layers: int = 30
+    synthid_mixture: str = "layer"
     top_k: Optional[int] = None
     stop_at_eos: bool = False
     tpr_lengths: tuple = (8, 16, 24, 32, 48)
     roc_length_gumbel: int = 200
     roc_length_synthid: int = 100
     num_resamples: int = 1000
-    secret: str = "wmspec-demo-secret"
     seed: int = 0
+    secret: keys.Secret = dataclasses.field(default=keys.Secret(keys.DEMO_SECRET), repr=False)
+
+    def __post_init__(self):
+        if not isinstance(self.secret, keys.Secret):
+            object.__setattr__(self, "secret", keys.Secret(self.secret))
+        for name in ("lookaheads", "tpr_lengths"):
+            value = getattr(self, name)
+            if isinstance(value, (list, np.ndarray)):
+                object.__setattr__(self, name, tuple(value))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ValueError (naming the flag) for any setting that would fail later."""
+        def positive_int(name, value, low=1):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"--{name} must be an int >= {low}, got {value!r}")
+
+        for name in ("num_prompts", "max_new_tokens", "max_prompt_tokens", "batch_size", "detect_lookahead",
+                     "synthid_layers", "roc_length_gumbel", "roc_length_synthid", "num_resamples"):
+            positive_int(name, getattr(self, name))
+        positive_int("num_detection_texts", self.num_detection_texts, 4)  # train/test halves, train/val split
+        positive_int("seed", self.seed, 0)
+        for name in ("lookaheads", "tpr_lengths"):
+            values = getattr(self, name)
+            if not isinstance(values, tuple) or not values:
+                raise ValueError(f"--{name} must be a non-empty list, got {values!r}")
+            for v in values:
+                positive_int(name, v)
+        if self.top_k is not None:
+            positive_int("top_k", self.top_k)
+        for name in ("gumbel_temperature", "synthid_temperature"):
+            t = getattr(self, name)
+            if isinstance(t, bool) or not isinstance(t, (int, float, np.floating, np.integer)) or not (
+                    math.isfinite(t) and t >= 0):
+                raise ValueError(f"--{name} must be a finite number >= 0, got {t!r}")
+            if t == 0:
+                warnings.warn(f"--{name}=0: greedy decoding embeds no watermark (every distribution is one-hot)",
+                              stacklevel=3)
+        if self.synthid_mixture not in detect.synthid.MIXTURES:
+            raise ValueError(f"--synthid_mixture must be one of {detect.synthid.MIXTURES}, got "
+                             f"{self.synthid_mixture!r}")
+        if not isinstance(self.stop_at_eos, bool):
+            raise ValueError(f"--stop_at_eos must be a bool, got {self.stop_at_eos!r}")
+        for name in ("target", "draft", "dtype", "dataset"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise ValueError(f"--{name} must be a non-empty string")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
 
     def public(self) -> dict:
-        """The settings without the secret (results never hold key material)."""
-        out = dataclasses.asdict(self)
-        out["secret"] = "<not stored>"
+        """The settings without the secret (results never hold key material): its fingerprint instead."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "secret"}
+        out.update(secret="<not stored>", key_fingerprint=self.secret.fingerprint,
+                   key_derivation=keys.KEY_DERIVATION)
         return out
 
     def temperature(self, decoder: str) -> float:
         return self.gumbel_temperature if decoder == GUMBEL else self.synthid_temperature
 
 
-# Settings that change the generated texts: a resumed output_dir must keep them. (The secret is
-# not stored, so it cannot be checked: use a new output_dir for a new secret.)
+# Settings that change the generated texts: a resumed output_dir must keep them. The secret is
+# compared by its fingerprint (and the key derivation), so a new secret needs a new output_dir.
 GENERATION_FIELDS = ("target", "draft", "dtype", "dataset", "max_new_tokens", "max_prompt_tokens",
                      "synthid_layers", "top_k", "stop_at_eos", "seed", "gumbel_temperature",
-                     "synthid_temperature")
+                     "synthid_temperature", "key_fingerprint", "key_derivation")
+
+
+def prompts_needed(s: Settings, parts: Sequence[str] = PARTS) -> int:
+    """Prompts the requested parts use (the speed table: ``num_prompts``; detection: ``num_detection_texts``)."""
+    unknown = set(parts) - set(PARTS)
+    if unknown or not parts:
+        raise ValueError(f"parts must be a non-empty subset of {PARTS}, got {list(parts)}")
+    return max(s.num_prompts if "speculative" in parts else 0,
+               s.num_detection_texts if "detection" in parts else 0)
+
+
+def preflight(s: Settings, parts: Sequence[str] = PARTS) -> data.PromptSet:
+    """Checks everything that can be checked before loading models; returns the loaded prompt set.
+
+    Raises ValueError / FileNotFoundError for a bad dataset spec or file, too
+    few prompts for the requested parts, or bad ``--target`` / ``--draft``.
+    """
+    s.validate()
+    if "detection" in parts and max(s.tpr_lengths) > s.max_new_tokens:
+        raise ValueError(f"--tpr_lengths {list(s.tpr_lengths)} exceed --max_new_tokens={s.max_new_tokens}: "
+                         "texts that short cannot be scored at those lengths")
+    pairs.check_pair_spec(s.target, s.draft, s.dtype)
+    data.parse_dataset_spec(s.dataset)
+    need = prompts_needed(s, parts)
+    prompt_set = data.load_prompt_set(s.dataset)
+    if len(prompt_set) < need:
+        what = " / ".join(f"--{n}" for n, part in (("num_prompts", "speculative"),
+                                                   ("num_detection_texts", "detection")) if part in parts)
+        raise ValueError(f"dataset {s.dataset!r} has {len(prompt_set)} prompts; the settings need {need} "
+                         f"(lower {what} or pass a larger --dataset)")
+    return prompt_set
 
 
 def speed_runs(s: Settings) -> list:
@@ -104,11 +203,35 @@ def log(msg: str) -> None:
 
 
 class Session:
-    """Loaded pair, encoded prompts and the record store of one output directory."""
+    """Loaded pair, encoded prompts and the record store of one output directory.
 
-    def __init__(self, s: Settings, output_dir: str, pair: Optional[pairs.ModelPair] = None):
-        self.settings, self.output_dir = s, output_dir
-        os.makedirs(output_dir, exist_ok=True)
+    Args:
+      s: the settings.
+      output_dir: where everything goes; locked for this process while the
+        session is open (:meth:`close`, or use it as a context manager).
+      pair: an already loaded :class:`wmspec_jax.pairs.ModelPair` (tests).
+      parts: the parts that will run (``"speculative"``, ``"detection"``):
+        only their prompts are needed.
+
+    Raises:
+      wmspec_jax.results.OutputDirLocked: another process writes there.
+      ValueError: the directory holds generations of other settings or of
+        another secret, or a preflight check fails.
+    """
+
+    def __init__(self, s: Settings, output_dir: str, pair: Optional[pairs.ModelPair] = None,
+                 parts: Sequence[str] = PARTS):
+        self.settings, self.output_dir, self.parts = s, output_dir, tuple(parts)
+        self._lock = results.DirectoryLock(output_dir)
+        try:
+            self._open(pair)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, pair) -> None:
+        s, output_dir = self.settings, self.output_dir
+        prompt_set = preflight(s, self.parts)
         settings_path = os.path.join(output_dir, "settings.json")
         if os.path.exists(settings_path) and os.path.exists(os.path.join(output_dir, "generations.jsonl")):
             with open(settings_path, encoding="utf-8") as f:
@@ -116,22 +239,36 @@ class Session:
             changed = {k: (old.get(k), v) for k, v in s.public().items()
                        if k in GENERATION_FIELDS and json.loads(json.dumps(v)) != old.get(k)}
             if changed:
-                raise ValueError(f"{output_dir} holds generations made with other settings {changed}; "
+                hint = ""
+                if "key_fingerprint" in changed:
+                    hint = (" (written before keys had fingerprints: its texts used the old key derivation)"
+                            if changed["key_fingerprint"][0] is None else " (another secret: its fingerprint differs)")
+                raise ValueError(f"{output_dir} holds generations made with other settings {changed}{hint}; "
                                  "use a new --output_dir (records are reused on resume)")
-        results.atomic_write_json(settings_path, s.public())
-        need = max(s.num_prompts, s.num_detection_texts)
-        prompt_set = data.load_prompt_set(s.dataset)
-        if len(prompt_set) < need:
-            raise ValueError(f"dataset {s.dataset!r} has {len(prompt_set)} prompts; the settings need {need} "
-                             "(lower --num_prompts / --num_detection_texts or pass a larger --dataset)")
+        need = prompts_needed(s, self.parts)
         self.prompt_set = prompt_set.take(need, seed=s.seed)
         t0 = time.perf_counter()
         self.pair = pair or pairs.load_pair(s.target, s.draft, s.dtype)
         log(f"pair {self.pair.name} ready in {time.perf_counter() - t0:.1f}s; "
-             f"{need} prompts from {prompt_set.name}")
+            f"{need} prompts from {prompt_set.name}")
         self.prompts, self.prompt_lengths = pairs.encode_prompts(
             self.pair, self.prompt_set.prompts, self.prompt_set.kind, s.max_prompt_tokens)
+        results.atomic_write_json(settings_path, s.public())
         self.store = results.JsonlStore(os.path.join(output_dir, "generations.jsonl"))
+        if self.store.load_report():
+            log(self.store.load_report())
+
+    def close(self) -> None:
+        """Releases the output directory (records and outputs stay)."""
+        if getattr(self, "store", None) is not None:
+            self.store.close()
+        self._lock.release()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def records(self, run: runs.RunSpec, num_texts: int) -> list:
         s = self.settings
@@ -139,6 +276,19 @@ class Session:
             run, self.pair, self.prompts[:num_texts], self.prompt_lengths[:num_texts], self.store,
             secret=s.secret, seed=s.seed, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
             eos_id=self.pair.eos_id if s.stop_at_eos else None, top_k=s.top_k, log=log)
+
+    def keys_for(self, run: runs.RunSpec, indices) -> keys.StreamKeys:
+        """The stream keys run ``run`` generated texts ``indices`` with."""
+        return keys.text_keys(self.settings.secret, [int(i) for i in indices], run=run.name)
+
+    def human_token_ids(self, num_texts: int) -> list:
+        """Token ids of the human answer / continuation of prompts 0..num_texts-1 ([] where the
+        dataset has none), at most ``max_new_tokens`` tokens (their start)."""
+        out = []
+        for example in self.prompt_set.examples[:num_texts]:
+            ids = list(self.pair.encode_text(example.human)) if example.human.strip() else []
+            out.append(ids[: self.settings.max_new_tokens])
+        return out
 
 
 def _write_csv(path: str, rows: Sequence[dict]) -> None:
@@ -196,27 +346,42 @@ def speculative_checks(rows: Sequence[dict]) -> dict:
 
 
 def run_detection(session: Session) -> dict:
-    """Fig. 2 (TPR at 1 % FPR vs length) and Fig. 5 (ROC) for both decoders."""
+    """Fig. 2 (TPR at 1 % FPR vs length) and Fig. 5 (ROC) for both decoders; FPR on model and human negatives."""
     s, pair = session.settings, session.pair
     out = {"settings": s.public(), "pair": pair.name}
+    detector_dir = os.path.join(session.output_dir, "detectors")
+    human_ids = session.human_token_ids(s.num_detection_texts)
     for dec in (GUMBEL, SYNTHID):
         pos_run, neg_run = detection_runs(s, dec)
         pos = session.records(pos_run, s.num_detection_texts)
         neg = session.records(neg_run, s.num_detection_texts)
         (ptr, pte), (ntr, nte) = evaluation.split_half(pos), evaluation.split_half(neg)
-        texts = {k: evaluation.texts_from_records(v, session.prompts, s.secret)
-                 for k, v in (("ptr", ptr), ("pte", pte), ("ntr", ntr), ("nte", nte))}
+
+        def texts(recs):  # every text is scored under the positive run's key of its index
+            return evaluation.texts_from_records(recs, session.prompts,
+                                                 session.keys_for(pos_run, [r["index"] for r in recs]))
+
+        t = {"ptr": texts(ptr), "pte": texts(pte), "ntr": texts(ntr), "nte": texts(nte)}
+        p_draft = detect.draft_fraction(t["ptr"]["source"], t["ptr"]["source"] >= 0)
+        rng = jax.random.key(s.seed + 7)
+        for name, part in (("htr", ptr), ("hte", pte)):
+            idx = evaluation.with_human(human_ids, [r["index"] for r in part])
+            t[name] = (evaluation.texts_from_human(session.prompts, session.prompt_lengths, human_ids, idx,
+                                                   session.keys_for(pos_run, idx), p_draft,
+                                                   jax.random.fold_in(rng, len(name)))
+                       if idx else None)
         common = dict(lengths=s.tpr_lengths, vocab_size=pair.vocab_size, context_width=prf.DEFAULT_CONTEXT_WIDTH,
-                      seed=s.seed, num_resamples=s.num_resamples)
-        log(f"detection: scoring {dec} ({len(pos)} watermarked, {len(neg)} unwatermarked texts)")
+                      seed=s.seed, num_resamples=s.num_resamples, save_dir=detector_dir)
+        log(f"detection: scoring {dec} ({len(pos)} watermarked, {len(neg)} unwatermarked, "
+            f"{sum(len(t[k]['indices']) for k in ('htr', 'hte') if t[k])} human texts)")
         if dec == GUMBEL:
-            res = evaluation.evaluate_gumbel(texts["ptr"], texts["pte"], texts["nte"],
-                                             roc_length=s.roc_length_gumbel, **common)
+            res = evaluation.evaluate_gumbel(t["ptr"], t["pte"], t["nte"], roc_length=s.roc_length_gumbel,
+                                             test_human=t["hte"], **common)
         else:
-            res = evaluation.evaluate_synthid(texts["ptr"], texts["ntr"], texts["pte"], texts["nte"],
-                                              num_layers=s.synthid_layers, roc_length=s.roc_length_synthid,
-                                              **common)
-        res.update(positives=pos_run.name, negatives=neg_run.name, temperature=pos_run.temperature)
+            res = evaluation.evaluate_synthid(t["ptr"], t["ntr"], t["pte"], t["nte"], num_layers=s.synthid_layers,
+                                              roc_length=s.roc_length_synthid, train_human=t["htr"],
+                                              test_human=t["hte"], mixture=s.synthid_mixture, **common)
+        res.update(positives=pos_run.name, negatives_run=neg_run.name, temperature=pos_run.temperature)
         out[dec] = res
     results.atomic_write_json(os.path.join(session.output_dir, "detection.json"), out)
     rows = []
@@ -317,35 +482,44 @@ FLAG_HELP = {
     "dtype": "params dtype of checkpoints: float32 or bfloat16",
     "dataset": "builtin-eli5[:split], builtin-c4[:split], eli5:PATH or c4:PATH (wmspec_jax.data)",
     "num_prompts": "texts per run of the speed table (Tables 1-2)",
-    "num_detection_texts": "texts per detection run (half train, half test)",
+    "num_detection_texts": "texts per detection run (half train, half test; >= 4)",
     "max_new_tokens": "generated tokens per text",
-    "max_prompt_tokens": "prompts keep their last this many tokens",
+    "max_prompt_tokens": "longest prompt in tokens (a longer prompt is an error, never cut silently)",
     "batch_size": "rows per jitted generation call",
     "lookaheads": "K values of the speed table",
     "detect_lookahead": "K of the detection runs",
     "gumbel_temperature": "temperature of the Gumbel-max runs (paper: 0.5)",
     "synthid_temperature": "temperature of the SynthID runs (paper: 0.7)",
     "synthid_layers": "SynthID tournament layers m (paper: 30)",
+    "synthid_mixture": "Bayesian SynthID detectors: 'layer' (the paper's per-(token, layer) mixture, App. D "
+                       "Eq. 17) or 'token' (one source per token)",
     "top_k": "top-k for P and Q (0: none)",
     "stop_at_eos": "stop a text at the EOS token (default: fixed-length texts)",
     "tpr_lengths": "token lengths of the TPR curves",
     "roc_length_gumbel": "tokens of the Gumbel ROC curves (paper: 200)",
     "roc_length_synthid": "tokens of the SynthID ROC curves (paper: 100)",
     "num_resamples": "bootstrap resamples of the TPR intervals",
-    "secret": "watermark secret (never written to results)",
     "seed": "seed of prompt choice and true randomness",
+}
+SECRET_FLAGS = {
+    "secret_env": f"name of the environment variable holding the watermark secret (default {keys.ENV_VAR})",
+    "secret_file": "file holding the watermark secret (its text without the final newline)",
 }
 
 
 def define_flags(defaults: Settings = Settings(), *, required_defaults: bool = True) -> None:
-    """Defines one absl flag per :class:`Settings` field.
+    """Defines one absl flag per :class:`Settings` field, plus ``--secret_env`` / ``--secret_file``.
 
+    There is no flag for the secret itself: argv is visible to every user of
+    the machine (``ps``) and lands in shell histories.
     With ``required_defaults=False`` every flag defaults to ``None`` (the
     caller fills unset ones from a preset, see ``experiments/reproduce.py``).
     """
     from absl import flags
 
     for field in dataclasses.fields(Settings):
+        if field.name == "secret":
+            continue
         value = getattr(defaults, field.name) if required_defaults else None
         help_ = FLAG_HELP[field.name]
         if field.name in ("lookaheads", "tpr_lengths"):
@@ -358,23 +532,42 @@ def define_flags(defaults: Settings = Settings(), *, required_defaults: bool = T
             flags.DEFINE_bool(field.name, value, help_)
         else:
             flags.DEFINE_string(field.name, value, help_)
+    for name, help_ in SECRET_FLAGS.items():
+        flags.DEFINE_string(name, None, help_)
 
 
-def settings_from_flags(base: Settings = Settings()) -> Settings:
-    """:class:`Settings` from the parsed flags; unset (None) flags keep ``base``."""
-    from absl import flags
+def settings_from_flags(base: Settings = Settings(), *, allow_demo_secret: bool = True) -> Settings:
+    """:class:`Settings` from the parsed flags; unset (None) flags keep ``base``.
+
+    The secret comes from ``--secret_file``, else the environment variable
+    (``--secret_env``, default ``$WMSPEC_SECRET``), else the public demo
+    secret with a warning — refused when ``allow_demo_secret=False`` (the
+    paper preset). Invalid values raise ``absl.app.UsageError`` naming the flag.
+    """
+    from absl import app, flags
 
     values = {}
     for field in dataclasses.fields(Settings):
+        if field.name == "secret":
+            continue
         v = flags.FLAGS[field.name].value
         if v is None:
             continue
         if field.name in ("lookaheads", "tpr_lengths"):
-            v = tuple(int(x) for x in v)
+            try:
+                v = tuple(int(x) for x in v)
+            except ValueError:
+                raise app.UsageError(f"--{field.name} must be a comma-separated list of ints, got {v}") from None
         if field.name == "top_k":
             v = v or None
         values[field.name] = v
-    return dataclasses.replace(base, **values)
+    try:
+        secret, source = keys.resolve(flags.FLAGS.secret_env, flags.FLAGS.secret_file, allow_demo=allow_demo_secret)
+        settings = dataclasses.replace(base, secret=secret, **values)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    log(f"watermark secret from {source} (fingerprint {secret.fingerprint})")
+    return settings
 
 
 # ---------------------------------------------------------------------------
@@ -394,17 +587,28 @@ def speculative_markdown(rows: Sequence[dict]) -> str:
 
 
 def detection_markdown(out: dict) -> str:
-    """TPR at 1 % FPR per length and detector (value [95 % CI])."""
+    """TPR at 1 % FPR per length and detector (value [95 % CI]) and the FPR on each set of negatives."""
     blocks = []
     for dec in (GUMBEL, SYNTHID):
         res = out[dec]
-        head = "Gumbel-max" if dec == GUMBEL else f"SynthID (m={res['num_layers']})"
-        lines = [f"**{head}**, T = {res['temperature']:g}: {res['test_texts']} test texts, "
-                 f"{res['test_negatives']} unwatermarked test texts",
-                 "", "| detector | " + " | ".join(f"{n} tokens" for n in res["lengths"]) + " | AUC at "
-                 f"{res['roc_length']} |", "|---" * (len(res["lengths"]) + 2) + "|"]
+        if dec == GUMBEL:
+            head = "Gumbel-max"
+            how = "threshold p <= 0.01 (exact null)"
+            fpr = res["fpr_at_alpha"]
+        else:
+            head = f"SynthID (m={res['num_layers']}, {res['mixture']} mixture)"
+            how = (f"threshold: 1% FPR on the {res['negatives']} test negatives with at least that many tokens "
+                   f"({', '.join(map(str, res['negatives_per_length']))} of them per length)")
+            fpr = res["fpr_at_threshold"]
+        lines = [f"**{head}**, T = {res['temperature']:g}: {res['test_texts']} watermarked test texts, "
+                 f"{res['test_negatives']} unwatermarked model texts, {res['test_human_negatives']} human texts; "
+                 f"{how}", "", "| detector | " + " | ".join(f"{n} tokens" for n in res["lengths"]) +
+                 f" | AUC at {res['roc_length']} | " + " | ".join(f"FPR on {k}" for k in fpr) + " |",
+                 "|---" * (len(res["lengths"]) + 2 + len(fpr)) + "|"]
         for name, curve in res["tpr"].items():
             cells = [f"{e['value']:.2f} [{e['lower']:.2f}, {e['upper']:.2f}]" for e in curve]
-            lines.append(f"| {name} | " + " | ".join(cells) + f" | {res['roc'][name]['auc']:.3f} |")
+            rates = [f"{f[name]['flagged']}/{f[name]['negatives']}" for f in fpr.values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {res['roc'][name]['auc']:.3f} | "
+                         + " | ".join(rates) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)

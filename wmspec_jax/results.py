@@ -1,47 +1,119 @@
-"""Result files for long runs: atomic writes, resumable JSONL, confidence intervals.
+"""Result files for long runs: one atomic-write helper, locked output directories,
+resumable JSONL that never loses a valid record, confidence intervals.
 
-Experiments write per-text records to JSONL (one line per finished text,
-flushed as it completes, so an interrupted run loses nothing finished and a
-re-run skips what is there), and summaries / figures atomically (write to a
-temporary file in the same directory, then ``os.replace``).
+* :func:`atomic_write` is the package's single way to write a file: the
+  bytes go to a temporary file in the same directory, are flushed to disk,
+  and replace the target with ``os.replace``; on any error the temporary
+  file is removed. A reader sees the old file or the new one, never half of
+  one. :func:`atomic_write_text` / ``_json`` / ``_bytes``, :func:`atomic_savez`
+  and :func:`atomic_savefig` are thin wrappers.
+* :class:`DirectoryLock` — one writer per output directory: an exclusive
+  ``fcntl.flock`` on ``<dir>/.lock`` (released by the kernel when the process
+  dies, so a killed run never leaves a stale lock). A second *process* is
+  refused with :class:`OutputDirLocked`; inside one process the lock is
+  re-entrant (a session and its record store share it).
+* :class:`JsonlStore` — append-only JSONL keyed by ``record["id"]``. Loading
+  never deletes a valid record: an unreadable line (not JSON, not an object,
+  no ``id``) anywhere in the file is skipped, left in place and reported
+  (count and line numbers, :attr:`JsonlStore.bad_lines`); only a torn *last*
+  line — a write interrupted by a kill, recognisable by its missing newline —
+  is cut off. Each :meth:`JsonlStore.add` is one ``write`` + ``fsync``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import pathlib
+import secrets
 import sys
-import tempfile
+import threading
 import time
-from typing import Any, Iterable, Iterator
+import warnings
+from typing import IO, Any, Callable, Iterable, Iterator
 
 import numpy as np
 from scipy import stats
 
+try:  # POSIX; elsewhere the directory lock degrades to a warning
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
 
-def atomic_write_text(path, text: str) -> None:
+LOCK_NAME = ".lock"
+
+
+# ---------------------------------------------------------------------------
+# Atomic writes
+# ---------------------------------------------------------------------------
+
+
+def atomic_write(path, write: Callable[[IO[bytes]], None]) -> pathlib.Path:
+    """Writes a file atomically: ``write(f)`` fills a temporary file that then replaces ``path``.
+
+    Args:
+      path: destination (parent directories are created).
+      write: called with a binary file object opened in the destination's
+        directory.
+
+    Returns:
+      the destination path. On any exception (in ``write`` or while
+      replacing) the temporary file is deleted and the exception re-raised;
+      an existing ``path`` is left untouched.
+    """
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(f.name, path)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    # os.open applies the umask (mkstemp would create 0600 files)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(path.parent)
+    return path
 
 
-def atomic_write_json(path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+def _fsync_directory(directory: pathlib.Path) -> None:
+    # makes the rename itself durable; not all platforms can open directories
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
-def atomic_savefig(fig, path, **kwargs) -> None:
-    """Save a matplotlib figure atomically (PNG unless the suffix says otherwise)."""
+def atomic_write_bytes(path, data: bytes) -> pathlib.Path:
+    return atomic_write(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path, text: str) -> pathlib.Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path, obj: Any, indent: int = 2) -> pathlib.Path:
+    return atomic_write_text(path, json.dumps(obj, indent=indent, default=_json_default) + "\n")
+
+
+def atomic_savez(path, **arrays) -> pathlib.Path:
+    """``np.savez`` to ``path`` atomically (the name is kept as given)."""
+    return atomic_write(path, lambda f: np.savez(f, **arrays))
+
+
+def atomic_savefig(fig, path, **kwargs) -> pathlib.Path:
+    """Saves a matplotlib figure atomically (format from the suffix, PNG by default)."""
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=path.suffix) as f:
-        fig.savefig(f.name, **kwargs)
-    os.replace(f.name, path)
+    kwargs.setdefault("format", path.suffix.lstrip(".") or "png")
+    return atomic_write(path, lambda f: fig.savefig(f, **kwargs))
 
 
 def _json_default(x):
@@ -52,31 +124,148 @@ def _json_default(x):
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
+# ---------------------------------------------------------------------------
+# One writer per output directory
+# ---------------------------------------------------------------------------
+
+
+class OutputDirLocked(RuntimeError):
+    """Another process is writing to the same output directory."""
+
+
+_held_locks: dict = {}  # realpath -> [fd, count]
+_held_guard = threading.Lock()
+
+
+class DirectoryLock:
+    """Exclusive lock of an output directory (module doc); use as a context manager or call :meth:`release`.
+
+    Raises:
+      OutputDirLocked: another process holds the directory.
+    """
+
+    def __init__(self, directory):
+        self.directory = os.path.realpath(os.fspath(directory))
+        os.makedirs(self.directory, exist_ok=True)
+        self._released = False
+        with _held_guard:
+            held = _held_locks.get(self.directory)
+            if held is not None:  # re-entrant within this process
+                held[1] += 1
+                return
+            _held_locks[self.directory] = [self._acquire(), 1]
+
+    def _acquire(self):
+        if fcntl is None:  # pragma: no cover
+            warnings.warn(f"no fcntl on this platform: {self.directory} is not locked against a second writer")
+            return None
+        path = os.path.join(self.directory, LOCK_NAME)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+            os.close(fd)
+            raise OutputDirLocked(
+                f"{self.directory} is being written by another process ({holder}); two writers would "
+                "interleave their records. Wait for it to finish, or use another --output_dir.") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        return fd
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        with _held_guard:
+            held = _held_locks.get(self.directory)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] == 0:
+                del _held_locks[self.directory]
+                if held[0] is not None:
+                    fcntl.flock(held[0], fcntl.LOCK_UN)
+                    os.close(held[0])
+
+    def __enter__(self) -> "DirectoryLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __del__(self):
+        try:  # at interpreter exit module globals may already be gone; the kernel releases the lock anyway
+            self.release()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------
+# Resumable JSONL records
+# ---------------------------------------------------------------------------
+
+
 class JsonlStore:
     """Append-only JSONL keyed by ``record["id"]``; reloads what exists (resume).
 
-    A torn last line (the process was killed mid-write) is ignored on load
-    and overwritten by the next append.
+    Args:
+      path: the ``.jsonl`` file (created with its directory if missing).
+      lock: hold the :class:`DirectoryLock` of the file's directory while the
+        store is open (default), so a second process cannot interleave
+        appends.
+
+    Attributes:
+      records: id -> record (the last valid record of each id: a re-added
+        id replaces the earlier record, on load as in memory).
+      bad_lines: 1-based numbers of the lines skipped on load (kept in the file).
+      torn_bytes: size of the torn last line cut off on load (0 if none).
+      duplicates: number of valid lines whose id was already loaded.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, *, lock: bool = True):
         self.path = pathlib.Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = DirectoryLock(self.path.parent) if lock else None
         self.records: dict[str, dict] = {}
-        good_bytes = 0
+        self.bad_lines: list[int] = []
+        self.torn_bytes = 0
+        self.duplicates = 0
         if self.path.exists():
-            with open(self.path, "rb") as f:
-                for line in f:
-                    try:
-                        rec = json.loads(line)
-                    except json.JSONDecodeError:
-                        break
-                    if not line.endswith(b"\n"):
-                        break
-                    self.records[str(rec["id"])] = rec
-                    good_bytes += len(line)
-            with open(self.path, "r+b") as f:
-                f.truncate(good_bytes)
+            self._load()
+
+    def _load(self) -> None:
+        with open(self.path, "rb") as f:
+            lines = f.read().splitlines(keepends=True)
+        size = sum(len(line) for line in lines)
+        for number, line in enumerate(lines, start=1):
+            rec = _parse_record(line)
+            if not line.endswith(b"\n") and number == len(lines):
+                if rec is None:  # a write cut short by a kill: the only line ever removed
+                    self.torn_bytes = len(line)
+                    with open(self.path, "r+b") as f:
+                        f.truncate(size - len(line))
+                    continue
+                with open(self.path, "ab") as f:  # complete record, only its newline was lost
+                    f.write(b"\n")
+            if rec is None:
+                self.bad_lines.append(number)
+            else:
+                self.duplicates += str(rec["id"]) in self.records
+                self.records[str(rec["id"])] = rec
+        if self.bad_lines or self.torn_bytes:
+            warnings.warn(self.load_report(), stacklevel=3)
+
+    def load_report(self) -> str:
+        """What loading skipped, in words ("" if nothing)."""
+        parts = []
+        if self.bad_lines:
+            shown = ", ".join(map(str, self.bad_lines[:20])) + (", ..." if len(self.bad_lines) > 20 else "")
+            parts.append(f"skipped {len(self.bad_lines)} unreadable line(s) (line {shown}); they stay in the "
+                         "file and their texts will be generated again")
+        if self.torn_bytes:
+            parts.append(f"removed a torn last line ({self.torn_bytes} bytes, an interrupted write)")
+        return f"{self.path}: " + "; ".join(parts) if parts else ""
 
     def __contains__(self, key) -> bool:
         return str(key) in self.records
@@ -85,15 +274,47 @@ class JsonlStore:
         return len(self.records)
 
     def add(self, records: Iterable[dict]) -> None:
-        with open(self.path, "a", encoding="utf-8") as f:
-            for rec in records:
-                f.write(json.dumps(rec, default=_json_default) + "\n")
-                self.records[str(rec["id"])] = rec
+        """Appends records (each a JSON-able dict with an ``id``) in one write."""
+        records = list(records)
+        lines = []
+        for rec in records:
+            if not isinstance(rec, dict) or "id" not in rec:
+                raise ValueError(f"a record must be a dict with an 'id', got {str(rec)[:80]!r}")
+            lines.append(json.dumps(rec, default=_json_default) + "\n")
+        data = "".join(lines).encode("utf-8")
+        with open(self.path, "ab") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        for rec in records:
+            self.records[str(rec["id"])] = rec
 
     def values(self) -> list[dict]:
         return list(self.records.values())
+
+    def close(self) -> None:
+        """Releases the directory lock (records stay readable)."""
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> "JsonlStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _parse_record(line: bytes):
+    try:
+        rec = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return rec if isinstance(rec, dict) and "id" in rec else None
+
+
+# ---------------------------------------------------------------------------
+# Summaries and progress
+# ---------------------------------------------------------------------------
 
 
 def mean_ci(values, level: float = 0.95) -> tuple[float, float]:
@@ -111,17 +332,25 @@ def mean_ci(values, level: float = 0.95) -> tuple[float, float]:
 class Progress:
     """Minimal progress line on stderr: done/total, rate and ETA."""
 
-    def __init__(self, total: int, what: str):
+    def __init__(self, total: int, what: str, stream=None):
         self.total, self.what, self.done, self.t0 = total, what, 0, time.time()
+        self.stream = stream
 
     def update(self, n: int = 1) -> None:
         self.done += n
         elapsed = time.time() - self.t0
         rate = self.done / elapsed if elapsed > 0 else float("nan")
         eta = (self.total - self.done) / rate if rate > 0 else float("nan")
-        print(f"[{self.what}] {self.done}/{self.total} ({rate:.2f}/s, eta {eta:.0f}s)", file=sys.stderr, flush=True)
+        print(f"[{self.what}] {self.done}/{self.total} ({rate:.2f}/s, eta {eta:.0f}s)",
+              file=self.stream or sys.stderr, flush=True)
 
 
 def batched(items: list, size: int) -> Iterator[list]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+__all__ = [
+    "DirectoryLock", "JsonlStore", "OutputDirLocked", "Progress", "atomic_savefig", "atomic_savez", "atomic_write",
+    "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "batched", "mean_ci",
+]

@@ -6,9 +6,12 @@ generates it batch by batch and appends one JSON record per text to a
 :class:`~wmspec_jax.results.JsonlStore`; an interrupted run resumes where it
 stopped, and a text's tokens do not depend on which batch it landed in:
 
-* each text i has its own watermark key, derived from the experiment's
-  secret and i (``f"{secret}/{i}"``), so detection calibration holds over
-  texts (``docs/detection.md``, "keyed per text"); the key is never stored;
+* each (run, text i) pair has its own watermark keys,
+  :func:`wmspec_jax.keys.text_keys` ``(secret, [i], run=run.name)``: calibration
+  holds over texts (``docs/detection.md``, "keyed per text"), and two runs of
+  one prompt are independent draws (Alg. 1 is deterministic given key and
+  context, so a shared key would make the K = 2, 3, 4 rows largely the same
+  texts). Neither the secret nor the keys are stored;
 * each text's true randomness is ``fold_in(fold_in(key(seed), run), i)``;
 * the last partial batch is padded to the batch size (static shapes: no
   recompilation) and the padding rows are dropped.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+import warnings
 import zlib
 from typing import Optional, Sequence
 
@@ -32,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, prf, speculative
+from wmspec_jax import decoders, keys, prf, speculative
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.results import JsonlStore, Progress
 
@@ -62,6 +66,10 @@ class RunSpec:
         if self.decoder not in DECODER_KINDS:
             raise ValueError(f"decoder must be one of {DECODER_KINDS}, got {self.decoder!r}")
         self.config(1)  # validates method / K / temperature
+        spec = speculative.METHODS[self.method]
+        if self.temperature == 0 and (spec.watermark_target or spec.watermark_draft):
+            warnings.warn(f"run {self.name}: at temperature 0 every distribution is one-hot, so no watermark is "
+                          "embedded (greedy decoding); its texts are not detectable", stacklevel=2)
 
     @property
     def name(self) -> str:
@@ -80,11 +88,9 @@ class RunSpec:
             context_width=context_width, eos_id=eos_id, pad_id=pad_id)
 
 
-def text_keys(secret: str, indices: Sequence[int]) -> jax.Array:
-    """Per-text stream keys uint32[B, 3, 2] of texts ``indices`` (module doc)."""
-    if not isinstance(secret, str) or not secret:
-        raise ValueError("the watermark secret must be a non-empty string")
-    return prf.stream_keys([f"{secret}/{int(i)}" for i in indices])
+def text_keys(secret, indices: Sequence[int], run: str = "") -> keys.StreamKeys:
+    """Per-text stream keys of texts ``indices`` of run ``run``: :func:`wmspec_jax.keys.text_keys`."""
+    return keys.text_keys(secret, indices, run=run)
 
 
 def text_rngs(seed: int, run_name: str, indices: Sequence[int]) -> jax.Array:
@@ -124,6 +130,17 @@ def record_id(run: RunSpec, index: int) -> str:
     return f"{run.name}/{index}"
 
 
+RECORD_FIELDS = ("id", "run", "index", "prompt_length", "tokens", "source", "num_steps", "aatps", "logppl",
+                 "batch_seconds", "batch_tokens", "batch", "batch_rows")
+
+
+def _is_complete(store: JsonlStore, run: RunSpec, index: int) -> bool:
+    """A stored record of (run, index) with every field (an incomplete one is generated again)."""
+    rec = store.records.get(record_id(run, index))
+    return (rec is not None and all(k in rec for k in RECORD_FIELDS) and rec["run"] == run.name
+            and rec["index"] == index and len(rec["tokens"]) == len(rec["source"]))
+
+
 def generate_run(
     run: RunSpec,
     pair,
@@ -131,7 +148,7 @@ def generate_run(
     prompt_lengths: np.ndarray,
     store: JsonlStore,
     *,
-    secret: str,
+    secret,
     seed: int,
     max_new_tokens: int,
     batch_size: int,
@@ -147,7 +164,8 @@ def generate_run(
       prompts: int32[N, P] packed prompts; ``prompt_lengths`` int32[N].
       store: the experiment's record store (shared by runs; ids are
         ``"{run.name}/{i}"``).
-      secret, seed: watermark secret and true-randomness seed (module doc).
+      secret, seed: watermark secret (:class:`wmspec_jax.keys.Secret` or a
+        str) and true-randomness seed (module doc).
       max_new_tokens, batch_size, eos_id, top_k: generation settings.
 
     Each record: ``id, run, index, prompt_length, tokens`` (generated ids),
@@ -158,7 +176,7 @@ def generate_run(
     prompts = np.asarray(prompts, np.int32)
     prompt_lengths = np.asarray(prompt_lengths, np.int32)
     n = prompts.shape[0]
-    todo = [i for i in range(n) if record_id(run, i) not in store]
+    todo = [i for i in range(n) if not _is_complete(store, run, i)]
     if todo:
         config = run.config(max_new_tokens, eos_id=eos_id, pad_id=pair.pad_id, top_k=top_k)
         draft = (pair.draft, pair.draft_params) if config.spec.speculative else (None, None)
@@ -168,7 +186,7 @@ def generate_run(
             idx = todo[start : start + batch_size]
             padded = idx + [idx[-1]] * (batch_size - len(idx))
             args = (pair.target, pair.target_params, prompts[padded], prompt_lengths[padded],
-                    text_keys(secret, padded), text_rngs(seed, run.name, padded), config)
+                    keys.text_keys(secret, padded, run=run.name), text_rngs(seed, run.name, padded), config)
             if not compiled:
                 t0 = time.perf_counter()
                 speculative.precompile(*args, draft=draft[0], draft_params=draft[1])
@@ -195,5 +213,4 @@ def generate_run(
                 })
             store.add(records)
             progress.update(len(idx))
-    mine = [r for r in store.values() if r["run"] == run.name and r["index"] < n]
-    return sorted(mine, key=lambda r: r["index"])
+    return [store.records[record_id(run, i)] for i in range(n)]

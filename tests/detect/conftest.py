@@ -105,8 +105,10 @@ def synth_neg() -> Run:
 
 
 def split(stats, idx):
-    """Rows ``idx`` of a statistics NamedTuple."""
-    return type(stats)(*[x[idx] for x in stats])
+    """Rows ``idx`` of a statistics NamedTuple (keeps its provenance)."""
+    from wmspec_jax import detect
+
+    return detect.take(stats, idx)
 
 
 def human_windows(num: int, width: int = 64, step: int = 16) -> np.ndarray:

@@ -8,6 +8,7 @@ import pytest
 from scipy import stats as sps
 
 import wmspec_jax.detect as det
+from tests.detect import conftest as c
 from wmspec_jax import prf
 from wmspec_jax.detect import metrics
 
@@ -90,7 +91,7 @@ def toy_stats(gumbel_pos):
     """Watermarked toy-pair generations (shared session fixture; compiled shapes are reused)."""
     run = gumbel_pos[0]
     rec = det.records_from_generation(run.result)
-    st = det.gumbel_statistics(rec.tokens, run.keys, lengths=rec.lengths, starts=rec.starts)
+    st = det.gumbel_statistics(rec.tokens, run.keys, lengths=rec.lengths, starts=rec.starts, vocab_size=c.VOCAB)
     return st, rec.source
 
 

@@ -70,20 +70,92 @@ def test_saddlepoint_reproduces_the_gamma_tail():
     assert np.abs(np.expm1(sp - exact)).max() < 1e-3
 
 
-def test_weighted_mean_pvalue_against_monte_carlo():
-    rng = np.random.default_rng(0)
-    m, n_tok, reps = 6, 8, 400_000
+def test_gamma_limits_and_inputs_from_outside():
+    lp = np.asarray(det.gamma_log_sf(np.array([3.0, 3.0, 0.0, np.nan]), np.array([np.inf, np.nan, np.inf, 2.0])))
+    assert lp[0] == -np.inf and np.isnan(lp[1]) and lp[2] == 0 and np.isnan(lp[3])
+    mask = np.ones((2, 3), bool)
+    y32 = np.array([[0.5, 0.2, 1.0], [0.5, 0.2, 0.9]], np.float32)  # y = 1: the limit p = 0, not NaN
+    r = det.gamma_test(y32, mask)
+    assert float(r.log_pvalue[0]) == -np.inf and float(r.pvalue[0]) == 0 and np.isfinite(float(r.log_pvalue[1]))
+    # float64 input within 1e-8 of 1 keeps its precision: −log(1e-9) = 20.7, not +inf (float32 would round to 1)
+    y64 = np.array([[0.5, 0.2, 1 - 1e-9]])
+    r64 = det.gamma_test(y64, mask[:1])
+    want = -np.log1p(-y64).sum()
+    assert float(r64.score[0]) == pytest.approx(want, rel=1e-6)
+    assert float(r64.log_pvalue[0]) == pytest.approx(mp_gamma_log_sf(3, want), rel=1e-4)
+    for bad in (np.array([[0.5, np.nan, 0.1]]), np.array([[0.5, 1.5, 0.1]]), np.array([[-0.1, 0.5, 0.1]])):
+        with pytest.raises(ValueError, match=r"\[0, 1\]"):
+            det.gamma_test(bad, mask[:1])
+    det.gamma_test(np.array([[0.5, np.nan, 0.1]]), np.array([[True, False, True]]))  # unscored: never read
+
+
+def test_mean_test_refuses_g_values_other_than_0_and_1():
+    g = np.ones((1, 3, 4), np.uint8)
+    det.mean_test(g, np.ones((1, 3), bool))
+    for bad in (2 * g, g.astype(np.float32) * 0.5, -g.astype(np.int8)):
+        with pytest.raises(ValueError, match="0 or 1"):
+            det.mean_test(bad, np.ones((1, 3), bool))
+    with pytest.raises(ValueError, match="positive finite"):
+        det.mean_test(g, np.ones((1, 3), bool), [1.0, 2.0, 0.0, 1.0])
+
+
+def test_weighted_mean_pvalue_is_exact_against_enumeration():
+    """m = 6 SynthID weights, one and two tokens: every attainable score against brute force."""
+    m = 6
     w = det.synthid_weights(m)
-    g = rng.integers(0, 2, size=(reps, n_tok, m), dtype=np.uint8)
-    sums = (g * w).sum(axis=(1, 2))
-    rows = [int(np.argmin(np.abs(sums - q))) for q in np.quantile(sums, [0.5, 0.9, 0.99, 0.999])]
-    r = det.mean_test(g[rows], np.ones((len(rows), n_tok), bool), w)
-    for i, row in enumerate(rows):
-        mc = float(np.mean(sums >= sums[row] - 1e-5))
-        se = np.sqrt(mc * (1 - mc) / reps)
-        got = float(r.pvalue[i])
-        # saddlepoint on 48 weighted Bernoullis (no continuity correction): within 10% relative
-        assert abs(got - mc) < 0.1 * mc + stats.Z * se, (sums[row], got, mc)
+    for n in (1, 2):
+        bits = ((np.arange(2 ** (n * m))[:, None] >> np.arange(n * m)) & 1).astype(np.uint8).reshape(-1, n, m)
+        sums = np.round((bits * w).sum(axis=(1, 2)), 4)
+        r = det.mean_test(bits, np.ones(bits.shape[:2], bool), w)
+        exact = np.array([np.mean(sums >= t - 1e-4) for t in sums])
+        np.testing.assert_allclose(np.asarray(r.pvalue, np.float64), exact, rtol=2e-6)
+    # one token at the maximum: exactly 2^-6 (the saddlepoint said 0.0098 here)
+    assert float(det.mean_test(np.ones((1, 1, m), np.uint8), np.ones((1, 1), bool), w).pvalue[0]) == 2.0 ** -6
+
+
+@pytest.mark.parametrize("layers", [6, 30])
+def test_weighted_mean_pvalue_is_calibrated_for_n_1_to_20(layers):
+    """P(p <= α) equals the exact mass of {p <= α} (never above α) for every n = 1..20.
+
+    (The saddlepoint used before gave P(p <= 0.2) = 0.2035 for one token with m = 6, where the exact
+    mass is 0.172; for m = 30 it understated tail p-values by up to 5 %.)"""
+    w = det.synthid_weights(layers)
+    lat = det.weighted.lattice(w)
+    assert lat.exact
+    rng = np.random.default_rng(0)
+    reps = 8000
+    for n in range(1, 21):
+        g = rng.integers(0, 2, size=(reps, n, layers), dtype=np.uint8)
+        p = np.asarray(det.mean_test(g, np.ones((reps, n), bool), w).pvalue, np.float64)
+        tails = np.exp(det.weighted.log_sf(np.arange(n * lat.span + 1), np.full(n * lat.span + 1, n), lat))
+        for alpha in (0.01, 0.05, 0.2):
+            below = tails[tails <= alpha * (1 + 1e-6)]
+            mass = below.max() if below.size else 0.0  # P(p <= α) of the exact discrete null
+            assert mass <= alpha * (1 + 1e-6)
+            k = int((p <= alpha * (1 + 1e-6)).sum())
+            assert sps.binomtest(k, reps, mass).pvalue > stats.ALPHA, (n, alpha, k / reps, mass)
+
+
+def test_weighted_mean_bound_beyond_the_exact_range_is_conservative_and_tight():
+    """The tilted Berry–Esseen bound used for long texts (n >= 30 in practice): never below the exact
+    tail; within 2x of it near p = 0.01 and within 5x down to p = 1e-12."""
+    a = np.asarray(det.weighted.lattice(det.synthid_weights(6)).upper)
+    tables = det.weighted._exact_log_tails(tuple(int(x) for x in a), 80)
+    for n in (30, 40, 80):
+        first, logs = tables[n]
+        k = first + np.arange(len(logs))
+        keep = (logs < np.log(0.05)) & (logs > np.log(1e-12))
+        bound = det.weighted._log_bound(k[keep].astype(float), np.full(keep.sum(), float(n)), a.astype(float))
+        gap = bound - logs[keep]
+        near = np.argmin(np.abs(logs[keep] - np.log(0.01)))
+        assert gap.min() >= -1e-5 and gap.max() < np.log(5.0) and gap[near] < np.log(2.0), (n, gap.min(), gap.max())
+    # weights off any lattice (bracketed, so conservative): FPR at most alpha
+    w = np.array([1.0, np.pi / 3, np.e / 5, 0.123])
+    assert not det.weighted.lattice(w).exact
+    g = np.random.default_rng(1).integers(0, 2, size=(20000, 5, 4), dtype=np.uint8)
+    p = np.asarray(det.mean_test(g, np.ones((20000, 5), bool), w).pvalue)
+    for alpha in (0.01, 0.05):
+        assert sps.binom.sf(int((p <= alpha).sum()) - 1, p.size, alpha) > stats.ALPHA
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +173,7 @@ def soft_detector():
 
 
 def c_split(st, idx):
-    return type(st)(*[x[idx] for x in st])
+    return det.take(st, idx)
 
 
 @pytest.mark.parametrize("n_tok", [4, 16, 41])

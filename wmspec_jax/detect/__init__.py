@@ -5,7 +5,9 @@ Pipeline (see ``docs/detection.md``):
 1. statistics — :func:`gumbel_statistics` / :func:`synthid_statistics`
    rebuild, per position, the emitted token's draft- and target-stream
    values and the acceptance uniform u_t, plus the repeated-context mask
-   (identical to generation). No model, no logits.
+   (identical to generation). No model, no logits. Pass the keys generation
+   used (:func:`wmspec_jax.keys.text_keys`); the statistics carry their
+   :class:`Provenance` (settings + key fingerprint), detectors check it.
 2. detectors — Gumbel-max: :func:`score_single`, :func:`score_ars_tau`
    (Eq. 11, τ from :func:`fit_ars_tau`), :func:`score_ars_prior` (Eq. 12),
    :func:`score_oracle`, :func:`score_soft` (beyond the paper); all with
@@ -17,8 +19,9 @@ Pipeline (see ``docs/detection.md``):
 4. :func:`save_detector` / :func:`load_detector` — key-free archives.
 """
 
-from wmspec_jax.detect import gumbel, io, metrics, pvalues, streams, synthid
+from wmspec_jax.detect import gumbel, io, metrics, provenance, pvalues, streams, synthid, weighted
 from wmspec_jax.detect.common import Detector, Scores, decision_scores
+from wmspec_jax.detect.provenance import Provenance, ProvenanceMismatch, check_compatible
 from wmspec_jax.detect.gumbel import (
     TAU_GRID,
     ars_prior_detector,
@@ -42,6 +45,7 @@ from wmspec_jax.detect.streams import (
     pseudo_source,
     records_from_generation,
     synthid_statistics,
+    take,
     truncate,
 )
 from wmspec_jax.detect.synthid import (
@@ -64,9 +68,14 @@ def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
       stats: statistics of the matching decoder.
       source: int8[B, L] token sources (Bayesian Oracle only).
       rng: ``jax.random`` key (Ars-Prior only).
+
+    Raises:
+      ProvenanceMismatch: the statistics were computed with other settings
+        (decoder, m, h, PRF version) or another key than the detector's.
     """
     if not isinstance(detector, Detector):
         raise TypeError(f"expected a Detector, got {type(detector).__name__}")
+    check_compatible(getattr(stats, "provenance", None), detector.provenance)
     if detector.kind == "ars_tau":
         return score_ars_tau(stats, detector.config["tau"])
     if detector.kind == "ars_prior":
@@ -81,7 +90,8 @@ def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
 
 
 __all__ = [
-    "BayesConfig", "Detector", "GumbelStats", "Records", "Scores", "SynthIDStats", "TAU_GRID", "TrainConfig",
+    "BayesConfig", "Detector", "GumbelStats", "Provenance", "ProvenanceMismatch", "Records", "Scores",
+    "SynthIDStats", "TAU_GRID", "TrainConfig", "check_compatible", "provenance", "take", "weighted",
     "ars_prior_detector", "binomial_half_log_sf", "decision_scores", "draft_fraction", "fit_ars_tau", "fit_soft",
     "gamma_log_sf", "gamma_test", "gumbel", "gumbel_statistics", "io", "load_detector", "make_dataset",
     "mean_test", "metrics", "pseudo_source", "pvalues", "records_from_generation", "save_detector", "score",

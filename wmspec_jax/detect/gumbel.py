@@ -38,10 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import prf
 from wmspec_jax.detect import metrics, pvalues
-from wmspec_jax.detect.common import Detector, Scores, base_config, check_unit
-from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, check_source
+from wmspec_jax.detect.common import Detector, Scores, check_unit, detector_config, fitted_provenance
+from wmspec_jax.detect.provenance import check_compatible
+from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, arrays_only, check_source, check_statistics
 
 TAU_GRID = np.linspace(0.0, 1.0, 101)
 """Ars-τ candidates (App. E.1: evenly spaced over [0, 1]; 101 values so the
@@ -50,9 +50,7 @@ y^D), are included)."""
 
 
 def _check_stats(stats) -> GumbelStats:
-    if not isinstance(stats, GumbelStats):
-        raise TypeError(f"expected GumbelStats (from detect.gumbel_statistics), got {type(stats).__name__}")
-    return stats
+    return check_statistics(stats, GumbelStats)
 
 
 # ---------------------------------------------------------------------------
@@ -61,7 +59,7 @@ def _check_stats(stats) -> GumbelStats:
 
 
 def ars_terms(y: jax.Array) -> jax.Array:
-    """Per-token score −log(1 − y): Exp(1) under H0. y ∈ (0, 1) open, so finite."""
+    """Per-token score −log(1 − y): Exp(1) under H0 (+inf at y = 1)."""
     return -jnp.log1p(-jnp.asarray(y, jnp.float32))
 
 
@@ -71,10 +69,14 @@ def _sum_terms(y, mask):
     return jnp.sum(terms, axis=1), jnp.sum(mask, axis=1, dtype=jnp.int32)
 
 
-def _gamma_test(y, mask):
-    # two jitted pieces: the [B, L] reduction and the [B] p-value, so a new text
-    # length does not recompile the (large) incomplete-gamma graph
-    total, n = _sum_terms(y, mask)
+@jax.jit
+def _sum_given_terms(terms, mask):
+    return jnp.sum(jnp.where(mask, terms, 0.0), axis=1), jnp.sum(mask, axis=1, dtype=jnp.int32)
+
+
+def _gamma_scores(total, n) -> Scores:
+    # the [B, L] reduction and the [B] p-value are separate jitted pieces, so a new
+    # text length does not recompile the (large) incomplete-gamma graph
     log_p = pvalues.gamma_log_sf(n, total)
     return Scores(jnp.where(n > 0, total, jnp.nan), n, log_p, jnp.exp(log_p))
 
@@ -83,16 +85,36 @@ def gamma_test(y, mask) -> Scores:
     """Σ_t −log(1 − y_t) over scored tokens with its exact Gamma(n, 1) p-value.
 
     Args:
-      y: float[B, L] selected uniforms.
+      y: float[B, L] selected uniforms in [0, 1]. Statistics of this package
+        lie in (0, 1) and are float32; a float64 ``y`` from elsewhere keeps its
+        precision (−log(1 − y) is taken in float64, so 1 − 1e-9 scores 20.7,
+        not +inf), and y = 1 exactly gives the limit log p = −inf.
       mask: bool[B, L] scored positions.
 
     Returns:
       :class:`Scores` (score NaN and p = 1 where no token is scored).
+
+    Raises:
+      ValueError: shapes differ, or a scored y is NaN or outside [0, 1].
     """
-    y, mask = jnp.asarray(y, jnp.float32), jnp.asarray(mask, bool)
-    if y.shape != mask.shape or y.ndim != 2:
-        raise ValueError(f"y and mask must both be [B, L], got {y.shape} and {mask.shape}")
-    return _gamma_test(y, mask)
+    mask = jnp.asarray(mask, bool)
+    if np.shape(y) != mask.shape or mask.ndim != 2:
+        raise ValueError(f"y and mask must both be [B, L], got {np.shape(y)} and {mask.shape}")
+    if isinstance(y, jax.core.Tracer):
+        return _gamma_scores(*_sum_terms(y, mask))
+    y_host = np.asarray(y)
+    if not np.issubdtype(y_host.dtype, np.floating):
+        raise TypeError(f"y must hold floats in [0, 1], got dtype {y_host.dtype}")
+    m = np.asarray(mask)
+    bad = m & ~((y_host >= 0) & (y_host <= 1))
+    if bad.any():
+        raise ValueError(f"y must lie in [0, 1] at scored positions; got e.g. {y_host[bad][:3].tolist()} in rows "
+                         f"{np.flatnonzero(bad.any(axis=1))[:10].tolist()}")
+    if y_host.dtype == np.float64:
+        with np.errstate(divide="ignore"):
+            terms = -np.log1p(-np.where(m, y_host, 0.0))
+        return _gamma_scores(*_sum_given_terms(jnp.asarray(terms, jnp.float32), mask))
+    return _gamma_scores(*_sum_terms(jnp.asarray(y, jnp.float32), mask))
 
 
 def select(stats: GumbelStats, choose_draft) -> jax.Array:
@@ -163,7 +185,7 @@ def score_oracle(stats: GumbelStats, source) -> Scores:
 
 
 @jax.jit
-def _log_p_grid(stats: GumbelStats, taus):
+def _log_p_grid(stats: GumbelStats, taus):  # stats without provenance (arrays_only)
     def one(tau):
         y = jnp.where(stats.u < tau, stats.y_draft, stats.y_target)
         total, n = _sum_terms(y, stats.mask)
@@ -178,7 +200,7 @@ def fit_ars_tau(
     target_fpr: float = 0.01,
     taus: Optional[Sequence[float]] = None,
     negatives: Optional[GumbelStats] = None,
-    context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
+    context_width: Optional[int] = None,
 ) -> Detector:
     """Chooses Ars-τ's τ on a training split (App. E.1).
 
@@ -198,38 +220,61 @@ def fit_ars_tau(
       target_fpr: FPR at which TPR is maximised.
       taus: candidate grid (default :data:`TAU_GRID`, 101 values).
       negatives: optional unwatermarked training texts.
-      context_width: h used by the generator (recorded in the config).
+      context_width: h used by the generator; by default taken from the
+        statistics' provenance (an explicit value must agree with it).
 
     Returns:
       ``Detector(kind="ars_tau")`` with config ``tau``, ``target_fpr``,
-      ``calibration`` and params ``taus``, ``train_tpr`` (the curve).
+      ``calibration``, the statistics' provenance, and params ``taus``,
+      ``train_tpr`` (the curve).
+
+    Raises:
+      ValueError: no scored token in the positives (or negatives): texts too
+        short (< h + 1 tokens without their prompt) or all contexts repeated.
     """
     positives = _check_stats(positives)
     fpr = check_unit(target_fpr, "target FPR", open_interval=True)
     grid = np.asarray(TAU_GRID if taus is None else taus, np.float32)
     if grid.ndim != 1 or grid.size == 0 or (grid < 0).any() or (grid > 1).any():
         raise ValueError("taus must be a non-empty 1-D grid inside [0, 1]")
-    lp = np.asarray(_log_p_grid(positives, jnp.asarray(grid)))  # [T, B]
+    _require_scored(positives, "positives")
+    prov = fitted_provenance(positives, "gumbel", context_width)
+    lp = np.asarray(_log_p_grid(arrays_only(positives), jnp.asarray(grid)))  # [T, B]
     if negatives is None:
         tpr = np.mean(lp <= np.log(fpr), axis=1)
         calibration = "exact-null"
     else:
-        lpn = np.asarray(_log_p_grid(_check_stats(negatives), jnp.asarray(grid)))
+        negatives = _check_stats(negatives)
+        _require_scored(negatives, "negatives")
+        check_compatible(negatives.provenance, prov, what="negatives", against="positives")
+        lpn = np.asarray(_log_p_grid(arrays_only(negatives), jnp.asarray(grid)))
         tpr, _ = metrics._tpr_np(-lp.astype(np.float64), -lpn.astype(np.float64), fpr)  # per τ
         calibration = "negatives"
     median_strength = np.median(-lp, axis=1)
     order = np.lexsort((grid, -median_strength, -tpr))  # primary: TPR, then strength, then small τ
     best = int(order[0])
-    cfg = base_config("gumbel", context_width, tau=float(grid[best]), target_fpr=fpr,
-                      calibration=calibration)
+    cfg = detector_config(prov, tau=float(grid[best]), target_fpr=fpr, calibration=calibration)
     return Detector("ars_tau", cfg, {"taus": grid, "train_tpr": tpr.astype(np.float32)})
 
 
-def ars_prior_detector(draft_fraction: float, context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> Detector:
+def _require_scored(stats, what: str) -> None:
+    n = np.asarray(stats.mask).sum(axis=1)
+    if not n.any():
+        raise ValueError(f"no scored token in the {what}: every text is shorter than h + 1 tokens (without its "
+                         "prompt) or repeats its contexts; nothing to fit on")
+
+
+def ars_prior_detector(draft_fraction: float, context_width: Optional[int] = None, *,
+                       provenance=None) -> Detector:
     """Ars-Prior as a saveable detector (its only parameter is p, e.g. from
-    :func:`.streams.draft_fraction` on the training records)."""
+    :func:`.streams.draft_fraction` on the training records).
+
+    ``provenance``: the training statistics' (``stats.provenance``) so that
+    scoring checks the key too; without it only h and the decoder are known.
+    """
     p = check_unit(draft_fraction, "draft fraction p")
-    return Detector("ars_prior", base_config("gumbel", context_width, draft_fraction=p), {})
+    prov = fitted_provenance(provenance, "gumbel", context_width)
+    return Detector("ars_prior", detector_config(prov, draft_fraction=p), {})
 
 
 # ---------------------------------------------------------------------------
@@ -258,7 +303,7 @@ def fit_soft(
     num_u_bins: int = 16,
     e_edges: Sequence[float] = DEFAULT_E_EDGES,
     smoothing: float = 16.0,
-    context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
+    context_width: Optional[int] = None,
 ) -> Detector:
     """Fits the soft Gumbel detector on watermarked training texts with records.
 
@@ -271,7 +316,8 @@ def fit_soft(
         s_t = log( π_b f_D(i)/p0(i) + (1 − π_b) f_T(j)/p0(j) ),
 
     i, j the bins of y^D_t, y^T_t and p0 the null bin masses — the Gumbel
-    analogue of App. D's per-token mixture (Eq. 14), with P(ζ = ζ^D | u) =
+    analogue of App. D's two-stream mixture (Eq. (17); one value per stream
+    and token here, so the mixture is per token), with P(ζ = ζ^D | u) =
     π_b a function of u. π_b and f_κ are frequencies on the training split
     (true sources from the records), smoothed towards the null (Beta(1, 1)
     for π, ``smoothing`` pseudo-tokens spread as p0 for f), so rare bins
@@ -284,6 +330,7 @@ def fit_soft(
       num_u_bins: number of equal-width bins of u.
       e_edges: increasing bin edges of E, starting at 0.
       smoothing: pseudo-count mass of the null prior on f_D and f_T.
+      context_width: as in :func:`fit_ars_tau`.
 
     Returns:
       ``Detector(kind="gumbel_soft")``: params ``e_edges``, ``table``
@@ -291,6 +338,7 @@ def fit_soft(
       ``f_target``.
     """
     positives = _check_stats(positives)
+    prov = fitted_provenance(positives, "gumbel", context_width)
     src = check_source(source, positives.mask.shape)
     edges = np.asarray(e_edges, np.float64)
     if edges.ndim != 1 or edges.size < 2 or edges[0] != 0 or (np.diff(edges) <= 0).any():
@@ -320,8 +368,7 @@ def fit_soft(
     ratio_d = f_draft / p0
     ratio_t = f_target / p0
     table = np.log(pi[:, None, None] * ratio_d[None, :, None] + (1 - pi)[:, None, None] * ratio_t[None, None, :])
-    cfg = base_config("gumbel", context_width, num_u_bins=num_u_bins,
-                      smoothing=float(smoothing))
+    cfg = detector_config(prov, num_u_bins=num_u_bins, smoothing=float(smoothing))
     params = {
         "e_edges": edges.astype(np.float32),
         "table": table.astype(np.float32),
@@ -358,8 +405,9 @@ def soft_token_scores(detector: Detector, stats: GumbelStats, source=None):
     """Per-token s_t and the bin of each position: (float32[B, L], int32[B, L])."""
     _check_kind(detector, "gumbel_soft")
     stats = _check_stats(stats)
+    check_compatible(stats.provenance, detector.provenance)
     table, bins = _soft_inputs(detector, stats, source)
-    return _soft_tokens(table, jnp.asarray(detector.params["e_edges"]), stats, bins)
+    return _soft_tokens(table, jnp.asarray(detector.params["e_edges"]), arrays_only(stats), bins)
 
 
 @jax.jit
@@ -442,9 +490,10 @@ def score_soft(detector: Detector, stats: GumbelStats, source=None) -> Scores:
     """
     _check_kind(detector, "gumbel_soft")
     stats = _check_stats(stats)
+    check_compatible(stats.provenance, detector.provenance)
     table, bins = _soft_inputs(detector, stats, source)
     p = detector.params
-    return _soft_test(table, jnp.asarray(p["e_edges"]), jnp.asarray(p["log_null"]), stats, bins)
+    return _soft_test(table, jnp.asarray(p["e_edges"]), jnp.asarray(p["log_null"]), arrays_only(stats), bins)
 
 
 def _check_kind(detector: Detector, kind: str) -> None:

@@ -163,19 +163,23 @@ def gamma_log_sf(n, s) -> jax.Array:
       s: float[...] observed score Σ −log(1 − y_t), broadcast against ``n``.
 
     Returns:
-      float32[...] log p-value in (−inf, 0]. ``n = 0`` (no scored token) or
-      ``s ≤ 0`` gives 0 (p = 1). Accurate to ~1e-4 absolute in log p where
-      p > 1e-30 and ~1e-5 relative beyond (tested against mpmath).
+      float32[...] log p-value in [−inf, 0]. ``n = 0`` (no scored token) or
+      ``s ≤ 0`` gives 0 (p = 1); ``s = +inf`` (a token with y = 1) gives the
+      limit −inf; NaN inputs give NaN. Accurate to ~1e-4 absolute in log p
+      where p > 1e-30 and ~1e-5 relative beyond (tested against mpmath).
     """
     a, x = jnp.broadcast_arrays(_f32(n), _f32(s))
     pos = (a > 0) & (x > 0)
-    a_s = jnp.where(pos, a, 1.0)
-    x_s = jnp.where(pos, x, 1.0)
+    infinite = pos & jnp.isposinf(x)
+    finite = pos & ~infinite
+    a_s = jnp.where(finite, a, 1.0)
+    x_s = jnp.where(finite, x, 1.0)
     q = gammaincc(a_s, x_s)
     small_a = jnp.where(q > _TINY_P, jnp.log(jnp.maximum(q, _TINY_P)),
                         _gamma_log_sf_cf(a_s, jnp.maximum(x_s, a_s + 1.0)))
     out = jnp.where(a_s >= _TEMME_MIN_N, _gamma_log_sf_temme(a_s, x_s), small_a)
-    return jnp.where(pos, jnp.minimum(out, 0.0), 0.0)
+    out = jnp.where(finite, jnp.minimum(out, 0.0), jnp.where(infinite, -jnp.inf, 0.0))
+    return jnp.where(jnp.isnan(a) | jnp.isnan(x), jnp.nan, out)
 
 
 @jax.jit

@@ -25,6 +25,12 @@ p-value 1 rather than a wrong number.
 
 Values at unscored positions are computed but meaningless: every consumer
 multiplies by ``mask``.
+
+Keys: pass what generation got — :class:`wmspec_jax.keys.StreamKeys` from
+:func:`wmspec_jax.keys.text_keys` (the documented way), a secret, or raw
+uint32 stream words. The statistics record where they came from
+(:class:`.provenance.Provenance`: decoder, m, h, PRF version, key
+fingerprint) and detectors check it before scoring.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import context, prf
+from wmspec_jax import context, keys as keys_lib, prf
+from wmspec_jax.detect.provenance import Provenance, merge
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET  # noqa: F401
 
 
@@ -50,6 +57,8 @@ class GumbelStats(NamedTuple):
       mask: bool[B, L] scored positions (repeated-context rule).
       starts: int32[B] first position of the watermarked text.
       lengths: int32[B] valid length of each row.
+      provenance: :class:`.provenance.Provenance` of the call that computed
+        them (None when built by hand: unknown, not checked).
     """
 
     y_draft: jax.Array
@@ -58,6 +67,7 @@ class GumbelStats(NamedTuple):
     mask: jax.Array
     starts: jax.Array
     lengths: jax.Array
+    provenance: Optional[Provenance] = None
 
 
 class SynthIDStats(NamedTuple):
@@ -67,7 +77,7 @@ class SynthIDStats(NamedTuple):
       g_draft: uint8[B, L, m] g-values of the emitted token, DRAFT stream.
       g_target: uint8[B, L, m] g-values of the emitted token, TARGET stream.
       u: float32[B, L] acceptance uniform u_t.
-      mask, starts, lengths: as in :class:`GumbelStats`.
+      mask, starts, lengths, provenance: as in :class:`GumbelStats`.
     """
 
     g_draft: jax.Array
@@ -76,6 +86,7 @@ class SynthIDStats(NamedTuple):
     mask: jax.Array
     starts: jax.Array
     lengths: jax.Array
+    provenance: Optional[Provenance] = None
 
 
 class Records(NamedTuple):
@@ -103,8 +114,8 @@ class Records(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-def check_texts(tokens, lengths=None, starts=None, *, context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
-                vocab_size: Optional[int] = None):
+def check_texts(tokens, lengths=None, starts=None, *, vocab_size: int,
+                context_width: int = prf.DEFAULT_CONTEXT_WIDTH):
     """Validates a batch of texts; returns host arrays (tokens, lengths, starts).
 
     Args:
@@ -112,15 +123,19 @@ def check_texts(tokens, lengths=None, starts=None, *, context_width: int = prf.D
       lengths: int[B] valid lengths (default: L for every row).
       starts: int or int[B] first watermarked position (default
         ``context.detection_start(h)`` = h: text without its prompt).
+      vocab_size: V of the generator's tokenizer (required): every valid
+        token must lie in [0, V). (The hash accepts any id, so an id from
+        another vocabulary would be scored silently.)
       context_width: h.
-      vocab_size: if given, every valid token must lie in [0, vocab_size).
 
     Raises:
-      TypeError: non-integer token ids.
+      TypeError: non-integer token ids or vocabulary size.
       ValueError: empty batch or text, lengths/starts out of range, tokens
         outside the vocabulary (with the offending rows).
     """
     h = prf.check_context_width(context_width)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
+        raise TypeError(f"vocab_size must be the tokenizer's vocabulary size (an int >= 1), got {vocab_size!r}")
     if isinstance(tokens, jax.core.Tracer):
         raise TypeError("detection inputs must be concrete arrays (validate before jax.jit)")
     tok = np.asarray(tokens)
@@ -162,16 +177,17 @@ def check_texts(tokens, lengths=None, starts=None, *, context_width: int = prf.D
                 f"starts {st[bad[:10]].tolist()} and lengths {lens[bad[:10]].tolist()}"
             )
     valid = np.arange(length)[None] < lens[:, None]
-    hi = np.iinfo(np.int32).max if vocab_size is None else int(vocab_size)
-    outside = ((tok < 0) | (tok >= hi)) & valid
+    outside = ((tok < 0) | (tok >= int(vocab_size))) & valid
     if outside.any():
         rows = np.flatnonzero(outside.any(axis=1))
-        what = "negative (or > int32) token ids" if vocab_size is None else f"token ids outside the vocabulary [0, {vocab_size})"
-        raise ValueError(f"{what} in rows {rows[:10].tolist()} (e.g. {tok[outside][:5].tolist()})")
+        raise ValueError(f"token ids outside the vocabulary [0, {vocab_size}) in rows {rows[:10].tolist()} "
+                         f"(e.g. {tok[outside][:5].tolist()})")
     return tok.astype(np.int32), lens.astype(np.int32), st.astype(np.int32)
 
 
 def _check_keys(key, bsz: int) -> jax.Array:
+    if isinstance(key, keys_lib.Secret):
+        key = key.stream_keys()
     keys = prf.check_stream_keys(key)
     if keys.ndim == 2:
         keys = jnp.broadcast_to(keys, (bsz,) + keys.shape)
@@ -213,31 +229,41 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int):
     return draft, target, u, mask
 
 
-def gumbel_statistics(tokens, key, *, lengths=None, starts=None,
-                      context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
-                      vocab_size: Optional[int] = None) -> GumbelStats:
+def statistics_provenance(key, decoder: str, num_layers: int = 0,
+                          context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> Provenance:
+    """The :class:`.provenance.Provenance` of statistics computed with ``key`` (fingerprint, never the key)."""
+    fingerprint, derivation = keys_lib.key_provenance(key)
+    return Provenance(decoder, int(num_layers), int(context_width), prf.PRF_VERSION, fingerprint, derivation)
+
+
+def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None,
+                      context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> GumbelStats:
     """(y^D_t, y^T_t, u_t) and the scored mask of a batch of texts (Gumbel-max).
 
     Args:
       tokens: int[B, L] token ids (prompt + text when the prompt is known).
-      key: the watermark key (bytes/str/int/``prf.WatermarkKey``), its stream
-        key words uint32[3, 2], or per-text words uint32[B, 3, 2].
-      lengths, starts, context_width, vocab_size: see :func:`check_texts`.
+      key: the keys generation used: :class:`wmspec_jax.keys.StreamKeys`
+        (from :func:`wmspec_jax.keys.text_keys`), a secret
+        (:class:`wmspec_jax.keys.Secret`, bytes/str/int) used directly, or raw
+        stream words uint32[3, 2] / [B, 3, 2].
+      vocab_size: V (required, see :func:`check_texts`).
+      lengths, starts, context_width: see :func:`check_texts`.
 
     Returns:
-      :class:`GumbelStats`. Cost: one context hash per stream and one token
-      hash per statistic and position — O(B L), no vocabulary loop.
+      :class:`GumbelStats` with their provenance. Cost: one context hash per
+      stream and one token hash per statistic and position — O(B L), no
+      vocabulary loop.
     """
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
     yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
                                   width=int(context_width), num_layers=0)
-    return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens))
+    prov = statistics_provenance(key, "gumbel", 0, context_width)
+    return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 
 
-def synthid_statistics(tokens, key, num_layers: int, *, lengths=None, starts=None,
-                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH,
-                       vocab_size: Optional[int] = None) -> SynthIDStats:
+def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths=None, starts=None,
+                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> SynthIDStats:
     """(g^D_t, g^T_t ∈ {0,1}^m, u_t) and the scored mask of a batch of texts (SynthID).
 
     Args:
@@ -250,7 +276,52 @@ def synthid_statistics(tokens, key, num_layers: int, *, lengths=None, starts=Non
     keys = _check_keys(key, tok.shape[0])
     gd, gt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
                                   width=int(context_width), num_layers=int(num_layers))
-    return SynthIDStats(gd, gt, u, mask, jnp.asarray(st), jnp.asarray(lens))
+    prov = statistics_provenance(key, "synthid", int(num_layers), context_width)
+    return SynthIDStats(gd, gt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
+
+
+def check_statistics(stats, kind) -> Any:
+    """Type and shape check of statistics given to a detector (they may be built by hand).
+
+    Gumbel: y^D, y^T, u, mask all [B, L]. SynthID: g^D, g^T [B, L, m] — the
+    layer axis last (a transposed [B, m, L] array is refused, also when m = L
+    would make the shapes agree, by its recorded m) — u and mask [B, L].
+    """
+    if not isinstance(stats, kind):
+        maker = "gumbel_statistics" if kind is GumbelStats else "synthid_statistics"
+        raise TypeError(f"expected {kind.__name__} (from detect.{maker}), got {type(stats).__name__}")
+    shape = tuple(np.shape(stats.mask))
+    if len(shape) != 2:
+        raise ValueError(f"statistics mask must be [B, L], got shape {shape}")
+    for name in ("starts", "lengths"):
+        if tuple(np.shape(getattr(stats, name))) != shape[:1]:
+            raise ValueError(f"statistics {name} must be [{shape[0]}], got shape {np.shape(getattr(stats, name))}")
+    per_token = ("y_draft", "y_target", "u") if kind is GumbelStats else ("u",)
+    for name in per_token:
+        if tuple(np.shape(getattr(stats, name))) != shape:
+            raise ValueError(f"statistics {name} has shape {np.shape(getattr(stats, name))}, mask {shape}")
+    if kind is SynthIDStats:
+        gd, gt = np.shape(stats.g_draft), np.shape(stats.g_target)
+        m = stats.provenance.num_layers if stats.provenance is not None else gt[-1] if gt else None
+        if gd != gt or len(gt) != 3 or tuple(gt[:2]) != shape or gt[2] != m:
+            raise ValueError(f"g-values must be [B, L, m] = {shape + (m,)} for both streams (layers last), "
+                             f"got {gd} and {gt}")
+    if stats.provenance is not None and not isinstance(stats.provenance, Provenance):
+        raise TypeError(f"statistics provenance must be a Provenance, got {type(stats.provenance).__name__}")
+    return stats
+
+
+def take(stats, rows):
+    """The statistics of texts ``rows`` (a slice, int array or list along B); keeps the provenance."""
+    if isinstance(rows, (list, tuple)):
+        rows = np.asarray(rows, np.int64)
+    return jax.tree_util.tree_map(lambda x: x[rows], stats)
+
+
+def arrays_only(stats):
+    """``stats`` without its provenance: what jitted code receives, so that
+    statistics of different keys share one compiled function."""
+    return stats._replace(provenance=None)
 
 
 def records_from_generation(result: Any) -> Records:
@@ -364,7 +435,9 @@ def concat(stats_list):
     out = []
     for name in kind._fields:
         parts = [getattr(s, name) for s in stats_list]
-        if name in ("starts", "lengths"):
+        if name == "provenance":
+            out.append(merge(parts))
+        elif name in ("starts", "lengths"):
             out.append(jnp.concatenate(parts))
         else:
             fill = False if name == "mask" else (0 if parts[0].dtype == jnp.uint8 else 0.5)

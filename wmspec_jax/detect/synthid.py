@@ -8,28 +8,39 @@ Mean scores (calibrated, no training):
 
 * :func:`mean_test` — mean g-value of any selection of layers/streams with
   its exact Binomial(n·m, 1/2) p-value; with ``weights`` the weighted mean
-  of SynthID (layer weights decreasing from 10 to 1) with a saddlepoint
-  p-value of its exactly known null.
+  of SynthID (layer weights decreasing from 10 to 1) with an exact p-value
+  for short texts and a proven upper bound beyond (:mod:`.weighted`).
 
 Bayesian detectors (Dathathri et al. 2024; App. D of the paper). For one
-stream κ, the watermarked likelihood ratio of the m g-values of a token is
+stream κ and layer l, the watermarked likelihood ratio of g^κ_l is
 
-    Λ_κ(g) = Π_l [ (g_l − ½) · P(ψ^κ_l = 2 | g_<l) + 1 ],
+    A^κ_l = (g^κ_l − ½) · P(ψ^κ_l = 2 | g^κ_<l) + 1,
     P(ψ^κ_l = 2 | g_<l) = σ(β^κ_l + Σ_{j<l} δ^κ_{l,j} g_j),
 
-(the bracket is P(g_l | watermarked) / P(g_l | H0) with P(g_l | H0) = ½;
-ψ is the number of distinct tokens in the layer-l match). With two streams
-the token was produced by one of them (Eq. 14), so the per-token joint
-likelihood ratio is the mixture
+(P(g_l | watermarked, κ) / P(g_l | H0); ψ is the number of distinct tokens
+in the layer-l match). With two streams the token came from one of them
+with probability π_t = P(ζ_t = ζ^D | u_t); the detectors differ in how that
+mixture is written (``BayesConfig.mixture``):
 
-    Λ_t = π_t Λ_D(g^D_t) + (1 − π_t) Λ_T(g^T_t),   π_t = P(ζ_t = ζ^D | u_t),
+* ``"layer"`` — **the paper's form** (App. D, Eq. (17)): the mixture is taken
+  per (token, layer), P(g^D_l, g^T_l | H1, u_t) / P(· | H0) =
+  π_t A^D_l + (1 − π_t) A^T_l, and multiplied over layers:
+  log Λ_t = Σ_l log(π_t A^D_l + (1 − π_t) A^T_l). The presets use this form.
+* ``"token"`` — *beyond the paper*: a token's source is one event, so its m
+  layers share it: log Λ_t = log(π_t Π_l A^D_l + (1 − π_t) Π_l A^T_l), the
+  exact likelihood ratio of the two-stream model. (The two agree when π_t ∈
+  {0, 1}: Oracle, and Bayes-MLP at inference.)
 
-and the text's log-odds are logit P(H1) + Σ_t log Λ_t (Eq. 13). Modes:
+The text's log-odds are logit P(H1) + Σ_t log Λ_t (the posterior of
+Eq. (16), P(H1) = ½). Equation numbers count the paper's numbered
+equations (its LaTeX source): (16) is the posterior, (17) the watermarked
+likelihood. Modes:
 
 * ``single``  — one stream (TARGET): the basic SynthID watermark.
 * ``prior``   — **Bayes-Prior**: π_t = p, the training draft fraction.
-* ``mlp``     — **Bayes-MLP**: τ_t = MLP([g^D_t, g^T_t]) (3 layers),
-  π_t = σ(α(τ_t − u_t)) in training and 1{u_t ≤ τ_t} at inference.
+* ``mlp``     — **Bayes-MLP**: τ_t = MLP([g^D_t, g^T_t]) (3 layers, a Flax
+  NNX module, :class:`TauMLP`), π_t = σ(α(τ_t − u_t)) in training and
+  1{u_t ≤ τ_t} at inference.
 * ``oracle``  — **Oracle**: π_t = 1{token is an accepted draft} from the
   generation records.
 
@@ -43,9 +54,10 @@ validation loss) and a member stops after ``patience`` epochs without
 improvement. The best member wins. Variable lengths are handled by the
 scored-position masks throughout.
 
-Parameters are plain pytrees (nested dicts of arrays), the MLP included:
-``vmap`` over the L2 grid and saving as flat ``.npz`` arrays need nothing
-more, and the model is three matrix products.
+Parameters are pytrees of arrays: β, δ per stream, and the MLP's
+``nnx.Param`` state as a pure dict (``nnx.split`` / ``nnx.merge`` rebuild
+the module inside the jitted, vmapped training step), so the L2 grid is a
+``vmap`` and saving is flat ``.npz`` arrays.
 """
 
 from __future__ import annotations
@@ -58,20 +70,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax import nnx
 
 from wmspec_jax import prf
-from wmspec_jax.detect import pvalues
-from wmspec_jax.detect.common import Detector, Scores, base_config, check_unit
+from wmspec_jax.detect import pvalues, weighted
+from wmspec_jax.detect.common import Detector, Scores, check_unit, detector_config, fitted_provenance
 from wmspec_jax.detect.metrics import _tpr_at_fpr
-from wmspec_jax.detect.streams import SOURCE_DRAFT, SynthIDStats, check_source, concat, concat_source
+from wmspec_jax.detect.provenance import Provenance, check_compatible, merge
+from wmspec_jax.detect.streams import (SOURCE_DRAFT, SynthIDStats, check_source, check_statistics, concat,
+                                       concat_source)
 
 MODES = ("single", "prior", "mlp", "oracle")
+MIXTURES = ("layer", "token")
 
 
 def _check_stats(stats) -> SynthIDStats:
-    if not isinstance(stats, SynthIDStats):
-        raise TypeError(f"expected SynthIDStats (from detect.synthid_statistics), got {type(stats).__name__}")
-    return stats
+    return check_statistics(stats, SynthIDStats)
 
 
 # ---------------------------------------------------------------------------
@@ -112,29 +126,18 @@ def _mean_test(g, mask):
     return Scores(jnp.where(n > 0, k / jnp.maximum(trials, 1.0), jnp.nan), n, log_p, jnp.exp(log_p))
 
 
-@jax.jit
-def _weighted_mean_test(g, mask, w):
-    g = g.astype(jnp.float32)
-    s = jnp.sum(jnp.where(mask[..., None], g * w, 0.0), axis=(1, 2))
-    n = jnp.sum(mask, axis=1, dtype=jnp.int32)
-    nf = n.astype(jnp.float32)
-    d = s - 0.5 * nf * jnp.sum(w)
-
-    def cgf(lam):  # centred CGF of Σ_l w_l g_l per token, times n
-        th = jnp.tanh(0.5 * lam[:, None] * w[None])
-        kc = jnp.sum(pvalues._log_cosh(0.5 * lam[:, None] * w[None]), axis=1)
-        k1 = jnp.sum(0.5 * w * th, axis=1)
-        k2 = jnp.sum(0.25 * w**2 * (1 - th**2), axis=1)
-        k3 = jnp.sum(-0.25 * w**3 * th * (1 - th**2), axis=1)
-        return nf * kc, nf * k1, nf * k2, nf * k3
-
-    bound = 40.0 / jnp.max(w)
-    log_p = pvalues.saddlepoint_log_sf(d, cgf, lower=-bound, upper=bound)
-    # the maximal total (every g = 1) is an atom of probability 2^(−n m)
-    log_p = jnp.where(d >= 0.5 * nf * jnp.sum(w) - 1e-4 * nf, -nf * w.shape[0] * jnp.log(2.0), log_p)
-    log_p = jnp.where(n > 0, log_p, 0.0)
-    score = jnp.where(n > 0, s / jnp.maximum(nf * jnp.sum(w), 1e-30), jnp.nan)
-    return Scores(score, n, log_p, jnp.exp(log_p))
+def _check_g(g, mask):
+    g = jnp.asarray(g)
+    mask = jnp.asarray(mask, bool)
+    if g.ndim != 3 or g.shape[:2] != mask.shape:
+        raise ValueError(f"g must be [B, L, m] matching mask [B, L], got {g.shape} and {mask.shape}")
+    if g.dtype != jnp.bool_ and not isinstance(g, jax.core.Tracer):
+        values = np.asarray(g)
+        bad = (values != 0) & (values != 1)
+        if bad.any():
+            raise ValueError(f"g-values must be 0 or 1 (SynthID's g ~ Bernoulli(1/2)), got e.g. "
+                             f"{np.unique(values[bad])[:5].tolist()}")
+    return g, mask
 
 
 def mean_test(g, mask, weights: Optional[Sequence[float]] = None) -> Scores:
@@ -147,19 +150,33 @@ def mean_test(g, mask, weights: Optional[Sequence[float]] = None) -> Scores:
         :func:`synthid_weights`); ``None`` for the plain mean.
 
     Returns:
-      :class:`Scores`: the plain mean's p-value is exact (Binomial(n m', ½));
-      the weighted mean's is the saddlepoint tail of its exact null CGF.
+      :class:`Scores`. The plain mean's p-value is exact (Binomial(n m', ½)).
+      The weighted mean's is exact for n ≤ ``weighted.exact_max_tokens(m', Σa)``
+      scored tokens (57 for SynthID's m' = 30 weights) and a proven upper bound beyond
+      (:mod:`.weighted`: tilted Chernoff with a Berry–Esseen allowance), so
+      it never overstates significance.
+
+    Raises:
+      ValueError: shapes disagree, a g-value is not 0/1, or bad weights.
     """
-    g = jnp.asarray(g)
-    mask = jnp.asarray(mask, bool)
-    if g.ndim != 3 or g.shape[:2] != mask.shape:
-        raise ValueError(f"g must be [B, L, m] matching mask [B, L], got {g.shape} and {mask.shape}")
+    g, mask = _check_g(g, mask)
     if weights is None:
         return _mean_test(g, mask)
-    w = np.asarray(weights, np.float32)
+    w = np.asarray(weights, np.float64)
     if w.shape != (g.shape[-1],) or (w <= 0).any() or not np.isfinite(w).all():
         raise ValueError(f"weights must be {g.shape[-1]} positive finite numbers, got shape {w.shape}")
-    return _weighted_mean_test(g, mask, jnp.asarray(w))
+    lat = weighted.lattice(w)
+    gh = np.asarray(g, np.int64)
+    mh = np.asarray(mask)
+    n = mh.sum(axis=1)
+    observed = np.einsum("blm,m->bl", gh, np.asarray(lat.lower, np.int64))
+    k = np.where(mh, observed, 0).sum(axis=1)
+    log_p = weighted.log_sf(k, n, lat)
+    total = np.where(mh, np.einsum("blm,m->bl", gh.astype(np.float64), w), 0.0).sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        score = np.where(n > 0, total / (n * w.sum()), np.nan)
+    return Scores(jnp.asarray(score, jnp.float32), jnp.asarray(n, jnp.int32), jnp.asarray(log_p, jnp.float32),
+                  jnp.asarray(np.exp(log_p), jnp.float32))
 
 
 def score_mean_single(stats: SynthIDStats, weights=None) -> Scores:
@@ -186,6 +203,9 @@ class BayesConfig:
       alpha: slope α of σ(α(τ − u)) in Bayes-MLP training.
       prior_watermarked: P(H1) in the posterior (0.5 as in the paper).
       context_width: h of the generator (recorded for reuse).
+      mixture: ``"layer"`` — the paper's per-(token, layer) mixture (App. D,
+        Eq. (17); the default and what the presets use) — or ``"token"`` —
+        one source per token (beyond the paper); see the module doc.
     """
 
     mode: str
@@ -195,10 +215,14 @@ class BayesConfig:
     alpha: float = 20.0
     prior_watermarked: float = 0.5
     context_width: int = prf.DEFAULT_CONTEXT_WIDTH
+    mixture: str = "layer"
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.mixture not in MIXTURES:
+            raise ValueError(f"mixture must be one of {MIXTURES} (per (token, layer) as in the paper, or per "
+                             f"token), got {self.mixture!r}")
         if isinstance(self.num_layers, bool) or not isinstance(self.num_layers, int) or self.num_layers < 1:
             raise ValueError(f"num_layers must be a positive int, got {self.num_layers!r}")
         check_unit(self.draft_fraction, "draft_fraction")
@@ -225,9 +249,42 @@ class BayesConfig:
         return cls(**{k: (tuple(v) if k == "mlp_hidden" else v) for k, v in d.items() if k in names})
 
 
+class TauMLP(nnx.Module):
+    """Bayes-MLP's selector τ_t = σ(MLP([2g^D_t − 1, 2g^T_t − 1])) ∈ (0, 1) (App. D).
+
+    A three-layer perceptron 2m → h1 → h2 → 1 with ReLU, LeCun-normal
+    kernels and zero biases (``nnx.Linear`` defaults).
+    """
+
+    def __init__(self, num_layers: int, hidden: tuple, *, rngs: nnx.Rngs):
+        self.hidden1 = nnx.Linear(2 * num_layers, hidden[0], rngs=rngs)
+        self.hidden2 = nnx.Linear(hidden[0], hidden[1], rngs=rngs)
+        self.output = nnx.Linear(hidden[1], 1, rngs=rngs)
+
+    def __call__(self, gd, gt):
+        h = jnp.concatenate([2 * gd - 1, 2 * gt - 1], axis=-1)
+        h = jax.nn.relu(self.hidden1(h))
+        h = jax.nn.relu(self.hidden2(h))
+        return jax.nn.sigmoid(self.output(h)[..., 0])
+
+
+@functools.lru_cache(maxsize=None)
+def _mlp_graph(num_layers: int, hidden: tuple):
+    """(graphdef, abstract parameter state) of :class:`TauMLP`: static, shared by every call."""
+    return nnx.split(nnx.eval_shape(lambda: TauMLP(num_layers, hidden, rngs=nnx.Rngs(0))))
+
+
+def _mlp_tau(config: "BayesConfig", mlp_params, gd, gt):
+    """τ_t from the MLP's pure-dict parameters (works under jit, vmap and grad)."""
+    graphdef, abstract = _mlp_graph(config.num_layers, config.mlp_hidden)
+    state = jax.tree_util.tree_map(lambda x: x, abstract)
+    nnx.replace_by_pure_dict(state, mlp_params)
+    return nnx.merge(graphdef, state)(gd, gt)
+
+
 def init_params(config: BayesConfig, rng) -> dict:
     """Initial parameters: β = −2.5 + 0.001 ε, δ = 0.001 ε per stream (as SynthID-text),
-    and (mode ``mlp``) a LeCun-normal MLP with zero biases."""
+    and (mode ``mlp``) the :class:`TauMLP` parameters as a pure dict."""
     m = config.num_layers
     keys = jax.random.split(rng, 3)
     params = {}
@@ -238,51 +295,44 @@ def init_params(config: BayesConfig, rng) -> dict:
             "delta": 1e-3 * jax.random.normal(kd, (m, m), jnp.float32),
         }
     if config.mode == "mlp":
-        sizes = (2 * m,) + config.mlp_hidden + (1,)
-        init = jax.nn.initializers.lecun_normal()
-        layers = []
-        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-            layers.append({"w": init(jax.random.fold_in(keys[1], i), (a, b), jnp.float32),
-                           "b": jnp.zeros((b,), jnp.float32)})
-        params["mlp"] = layers
+        module = TauMLP(m, config.mlp_hidden, rngs=nnx.Rngs(params=keys[1]))
+        params["mlp"] = nnx.to_pure_dict(nnx.state(module, nnx.Param))
     return params
 
 
-def _stream_log_lr(p, g):
-    """Σ_l log[(g_l − ½) σ(β_l + Σ_{j<l} δ_{l,j} g_j) + 1]: float32[...] (g float[..., m])."""
+def _layer_log_lr(p, g):
+    """log A_l = log[(g_l − ½) σ(β_l + Σ_{j<l} δ_{l,j} g_j) + 1]: float32[..., m] (g float[..., m])."""
     delta = jnp.tril(p["delta"], -1)  # autoregressive: layer l sees g_1..g_{l-1}
     logits = p["beta"] + jnp.einsum("...j,lj->...l", g, delta)
-    return jnp.sum(jnp.log1p((g - 0.5) * jax.nn.sigmoid(logits)), axis=-1)
+    return jnp.log1p((g - 0.5) * jax.nn.sigmoid(logits))
 
 
-def _mlp_tau(layers, gd, gt):
-    """τ_t = σ(MLP([g^D, g^T])) ∈ (0, 1); inputs mapped to ±1."""
-    h = jnp.concatenate([2 * gd - 1, 2 * gt - 1], axis=-1)
-    for i, layer in enumerate(layers):
-        h = h @ layer["w"] + layer["b"]
-        if i < len(layers) - 1:
-            h = jax.nn.relu(h)
-    return jax.nn.sigmoid(h[..., 0])
+def _mix(log_pi, log_1m_pi, a_d, a_t, mixture: str):
+    """Per-token log Λ_t of the two-stream mixture; a_d, a_t: per-layer log A [..., m] (module doc)."""
+    if mixture == "layer":  # paper, Eq. (17): mix each (token, layer), then multiply over layers
+        return jnp.sum(jnp.logaddexp(log_pi[..., None] + a_d, log_1m_pi[..., None] + a_t), axis=-1)
+    return jnp.logaddexp(log_pi + jnp.sum(a_d, axis=-1), log_1m_pi + jnp.sum(a_t, axis=-1))
 
 
 def _token_llr(params, config: BayesConfig, gd, gt, u, choose_draft, training: bool):
     """Per-token log Λ_t (see module doc): float32[B, L]."""
     gt = gt.astype(jnp.float32)
-    a_t = _stream_log_lr(params["target"], gt)
+    a_t = _layer_log_lr(params["target"], gt)
     if config.mode == "single":
-        return a_t
+        return jnp.sum(a_t, axis=-1)
     gd = gd.astype(jnp.float32)
-    a_d = _stream_log_lr(params["draft"], gd)
-    if config.mode == "oracle":
-        return jnp.where(choose_draft, a_d, a_t)
+    a_d = _layer_log_lr(params["draft"], gd)
+    if config.mode == "oracle":  # π ∈ {0, 1}: both mixtures pick one stream
+        return jnp.where(choose_draft, jnp.sum(a_d, axis=-1), jnp.sum(a_t, axis=-1))
     if config.mode == "prior":
         p = jnp.clip(jnp.float32(config.draft_fraction), 1e-6, 1 - 1e-6)
-        return jnp.logaddexp(jnp.log(p) + a_d, jnp.log1p(-p) + a_t)
-    tau = _mlp_tau(params["mlp"], gd, gt)
+        log_pi = jnp.broadcast_to(jnp.log(p), u.shape)
+        return _mix(log_pi, jnp.broadcast_to(jnp.log1p(-p), u.shape), a_d, a_t, config.mixture)
+    tau = _mlp_tau(config, params["mlp"], gd, gt)
     if training:  # smooth surrogate of the selection, so τ gets gradients
         z = config.alpha * (tau - u)
-        return jnp.logaddexp(jax.nn.log_sigmoid(z) + a_d, jax.nn.log_sigmoid(-z) + a_t)
-    return jnp.where(u <= tau, a_d, a_t)
+        return _mix(jax.nn.log_sigmoid(z), jax.nn.log_sigmoid(-z), a_d, a_t, config.mixture)
+    return jnp.where(u <= tau, jnp.sum(a_d, axis=-1), jnp.sum(a_t, axis=-1))
 
 
 def _log_odds(params, config, gd, gt, u, mask, choose_draft, training: bool):
@@ -291,10 +341,15 @@ def _log_odds(params, config, gd, gt, u, mask, choose_draft, training: bool):
     return jnp.log(prior) - jnp.log1p(-prior) + jnp.sum(jnp.where(mask, llr, 0.0), axis=1)
 
 
-def bayes_detector(config: BayesConfig, params) -> Detector:
-    """Wraps a config and parameters as a saveable :class:`Detector`."""
+def bayes_detector(config: BayesConfig, params, provenance: Optional[Provenance] = None) -> Detector:
+    """Wraps a config and parameters as a saveable :class:`Detector`.
+
+    ``provenance``: of the training statistics (default: only m and h known).
+    """
+    prov = fitted_provenance(provenance, "synthid", config.context_width, config.num_layers)
     extra = config.to_dict()
-    cfg = base_config("synthid", extra.pop("context_width"), **extra)
+    extra.pop("context_width")
+    cfg = detector_config(prov, **extra)
     return Detector("bayes", cfg, jax.tree_util.tree_map(np.asarray, params))
 
 
@@ -323,7 +378,7 @@ def _score_bayes(params, config, gd, gt, u, mask, choose):
 
 
 def score_bayes(detector: Detector, stats: SynthIDStats, source=None) -> Scores:
-    """Bayesian log-odds log P(H1 | data) / P(H0 | data) (Eq. 13) per text.
+    """Bayesian log-odds log P(H1 | data) / P(H0 | data) (the posterior of Eq. (16)) per text.
 
     ``score`` is the log-odds (σ(score) is the posterior; the log-odds keep
     ranking where the posterior rounds to 1). There is no calibrated null:
@@ -334,6 +389,7 @@ def score_bayes(detector: Detector, stats: SynthIDStats, source=None) -> Scores:
     stats = _check_stats(stats)
     if stats.g_target.shape[-1] != config.num_layers:
         raise ValueError(f"statistics have m={stats.g_target.shape[-1]} layers, detector m={config.num_layers}")
+    check_compatible(stats.provenance, detector.provenance)
     choose = _choose_from(config, source, stats.mask.shape)
     params = jax.tree_util.tree_map(jnp.asarray, detector.params)
     return _score_bayes(params, config, stats.g_draft, stats.g_target, stats.u, stats.mask, choose)
@@ -343,6 +399,7 @@ def bayes_token_llr(detector: Detector, stats: SynthIDStats, source=None) -> jax
     """Per-token log Λ_t at inference (float32[B, L]; unscored positions 0)."""
     config = config_of(detector)
     stats = _check_stats(stats)
+    check_compatible(stats.provenance, detector.provenance)
     choose = _choose_from(config, source, stats.mask.shape)
     params = jax.tree_util.tree_map(jnp.asarray, detector.params)
     llr = _token_llr(params, config, stats.g_draft, stats.g_target, stats.u, choose, training=False)
@@ -369,6 +426,7 @@ class Dataset(NamedTuple):
       choose_draft: bool[N, L] true source is the draft (Oracle only; False
         where unknown).
       labels: float32[N] 1 = watermarked, 0 = not.
+      provenance: merged provenance of the statistics (static; None if unknown).
     """
 
     g_draft: jax.Array
@@ -377,6 +435,7 @@ class Dataset(NamedTuple):
     mask: jax.Array
     choose_draft: jax.Array
     labels: jax.Array
+    provenance: Optional[Provenance] = None
 
 
 def make_dataset(positives: SynthIDStats, negatives: SynthIDStats, *, positives_source=None,
@@ -402,7 +461,8 @@ def make_dataset(positives: SynthIDStats, negatives: SynthIDStats, *, positives_
                              check_source(negatives_source, negatives.mask.shape)], length)
         choose = jnp.asarray(src == SOURCE_DRAFT)
     labels = jnp.concatenate([jnp.ones(positives.mask.shape[0]), jnp.zeros(negatives.mask.shape[0])])
-    return Dataset(stats.g_draft, stats.g_target, stats.u, stats.mask, choose, labels.astype(jnp.float32))
+    return Dataset(stats.g_draft, stats.g_target, stats.u, stats.mask, choose, labels.astype(jnp.float32),
+                   stats.provenance)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -529,6 +589,9 @@ def train_bayes(config: BayesConfig, train: Dataset, val: Dataset,
             raise ValueError(f"{name} split needs both watermarked and unwatermarked texts")
     if config.mode == "oracle" and not (np.asarray(train.choose_draft).any() and np.asarray(val.choose_draft).any()):
         raise ValueError("Oracle training needs token sources (make_dataset(..., positives_source=...))")
+    provenance = fitted_provenance(merge([train.provenance, val.provenance]) if train.provenance and val.provenance
+                                   else None, "synthid", config.context_width, config.num_layers)
+    train, val = train._replace(provenance=None), val._replace(provenance=None)  # jitted code: arrays only
     tc = train_config
     opt, epoch_fn, validate_fn = _trainer(config, float(tc.learning_rate), float(tc.target_fpr))
     n_train = train.labels.shape[0]
@@ -574,7 +637,7 @@ def train_bayes(config: BayesConfig, train: Dataset, val: Dataset,
     # best TPR, then lower validation loss, then the smaller L2 weight
     selected = int(np.lexsort((np.asarray(tc.l2_grid), best_loss, -best_tpr))[0])
     chosen = jax.tree_util.tree_map(lambda x: np.asarray(x[selected]), best_params)
-    det = bayes_detector(config, chosen)
+    det = bayes_detector(config, chosen, provenance)
     det.config.update(l2=float(tc.l2_grid[selected]), best_epoch=int(best_epoch[selected]),
                       val_tpr=float(best_tpr[selected]), target_fpr=float(tc.target_fpr))
     hist = TrainHistory(

@@ -1,0 +1,146 @@
+"""The one way from a secret to stream keys: derivation pinned by a golden vector, per (run, text)
+keys, fingerprints, no secret in any repr / pickle, reading the secret from env or file."""
+
+import copy
+import os
+import pickle
+
+import jax
+import numpy as np
+import pytest
+
+import wmspec_jax as wm
+from wmspec_jax import detect, keys, prf, toy
+
+SECRET = "a-secret-that-must-never-be-printed"
+
+
+def test_derivation_is_pinned_by_a_golden_vector():
+    # Changing the derivation changes every watermark: bump keys.KEY_DERIVATION and this vector together.
+    k = keys.text_keys("golden-secret", [0, 7], run="pseudorandom-gumbel-K3-T0.5")
+    assert k.derivation == keys.KEY_DERIVATION == "wmspec-keys-v1"
+    assert keys.Secret("golden-secret").fingerprint == k.fingerprint == GOLDEN_FINGERPRINT
+    np.testing.assert_array_equal(np.asarray(k), np.array(GOLDEN_WORDS, np.uint32))
+
+
+GOLDEN_FINGERPRINT = "6f2800a823d01331"
+GOLDEN_WORDS = [[[1009422688, 1008030453], [4027649431, 1730772620], [3397245798, 2854332830]],
+                [[1441871572, 3154582532], [2140290446, 177302618], [4069971999, 3519526347]]]
+
+
+def test_derivation_follows_the_documented_construction():
+    import hashlib
+    import struct
+
+    master = prf.stream_keys("golden-secret").astype("<u4").tobytes()
+    run = b"pseudorandom-gumbel-K3-T0.5"
+    for row, i in enumerate((0, 7)):
+        k = hashlib.sha256(b"wmspec-keys-v1/text\x00" + master + struct.pack("<I", len(run)) + run
+                           + struct.pack("<Q", i)).digest()
+        np.testing.assert_array_equal(prf.stream_keys(k), np.array(GOLDEN_WORDS[row], np.uint32))
+    fp = hashlib.sha256(b"wmspec-keys-v1/fingerprint\x00" + master).hexdigest()[:16]
+    assert fp == GOLDEN_FINGERPRINT
+
+
+def test_each_run_and_text_gets_its_own_keys():
+    a = np.asarray(keys.text_keys(SECRET, range(4), run="pseudorandom-gumbel-K2-T0.5"))
+    b = np.asarray(keys.text_keys(SECRET, range(4), run="pseudorandom-gumbel-K3-T0.5"))
+    assert len({w.tobytes() for w in np.concatenate([a, b])}) == 8  # all distinct
+    # a text's keys do not depend on the batch it is derived in
+    np.testing.assert_array_equal(np.asarray(keys.text_keys(SECRET, [3, 1], run="x"))[1],
+                                  np.asarray(keys.text_keys(SECRET, [1], run="x"))[0])
+    # no concatenation ambiguity: ("a/1", 2) and ("a", "1", 2) differ
+    assert not np.array_equal(np.asarray(keys.text_keys("a/1", [2])), np.asarray(keys.text_keys("a", [2], run="1")))
+    assert not np.array_equal(np.asarray(keys.text_keys(SECRET, [0])), np.asarray(keys.text_keys(SECRET + "x", [0])))
+
+
+def test_the_secret_never_appears_in_a_repr_or_a_pickle():
+    sec = keys.Secret(SECRET)
+    k = keys.text_keys(sec, range(3))
+    words = np.asarray(k)
+    for text in (repr(sec), str(sec), repr(k), str(k), repr(k[1:]), repr([sec, k])):
+        assert SECRET not in text and str(words[0, 0, 0]) not in text and "fingerprint=" in text
+    for obj in (sec, k):
+        with pytest.raises(TypeError, match="not picklable"):
+            pickle.dumps(obj)
+        assert copy.deepcopy(obj) is obj
+    assert keys.Secret(sec) == sec and keys.Secret(SECRET) == sec and keys.Secret(SECRET + "!") != sec
+    with pytest.raises(ValueError, match="empty"):
+        keys.Secret("")
+    with pytest.raises(TypeError, match="not from derived"):
+        keys.Secret(k)
+    with pytest.raises(TypeError, match="not keys already derived"):
+        keys.text_keys(k, [0])
+    with pytest.raises(ValueError, match=">= 0"):
+        keys.text_keys(sec, [-1])
+    with pytest.raises(TypeError, match="ints"):
+        keys.text_keys(sec, [0.5])
+
+
+def test_stream_keys_behave_as_the_uint32_array():
+    k = keys.text_keys(SECRET, range(5), run="r")
+    assert k.shape == (5, 3, 2) and k.dtype == np.uint32 and len(k) == 5
+    sub = k[[4, 0]]
+    assert isinstance(sub, keys.StreamKeys) and sub.fingerprint == k.fingerprint
+    np.testing.assert_array_equal(np.asarray(sub), np.asarray(k)[[4, 0]])
+    assert k[2].shape == (3, 2)
+    with pytest.raises(IndexError, match="rows only"):
+        k[:, 0]
+    np.testing.assert_array_equal(np.asarray(prf.check_stream_keys(k)), np.asarray(k))
+
+
+def test_generate_and_detect_accept_the_derived_keys_and_record_the_fingerprint():
+    p, q = toy.markov_pair(8, tv=0.3, concentration=1.0, seed=0)
+    model = toy.markov_model(8)
+    prompts = np.random.default_rng(0).integers(0, 8, size=(3, 4))
+    k = keys.text_keys(SECRET, range(3))
+    cfg = wm.SpeculativeConfig(method="pseudorandom", lookahead=2, max_new_tokens=24, temperature=1.0)
+    out = wm.generate(model, toy.log_table(p), prompts, np.full(3, 4), k, jax.random.key(0), cfg,
+                      draft=model, draft_params=toy.log_table(q))
+    raw = wm.generate(model, toy.log_table(p), prompts, np.full(3, 4), np.asarray(k), jax.random.key(0), cfg,
+                      draft=model, draft_params=toy.log_table(q))
+    np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(raw.tokens))
+    rec = detect.records_from_generation(out)
+    st = detect.gumbel_statistics(rec.tokens, k, lengths=rec.lengths, starts=rec.starts, vocab_size=8)
+    assert np.array_equal(np.asarray(st.mask), rec.watermarked)
+    assert st.provenance.key_fingerprint == keys.Secret(SECRET).fingerprint
+    assert st.provenance.key_derivation == keys.KEY_DERIVATION
+    # the README's mistake, caught: a detector for these keys refuses statistics made with the raw secret
+    tau = detect.fit_ars_tau(st)
+    wrong = detect.gumbel_statistics(rec.tokens, SECRET, lengths=rec.lengths, starts=rec.starts, vocab_size=8)
+    with pytest.raises(detect.ProvenanceMismatch, match="key_derivation"):
+        detect.score(tau, wrong)
+    other = detect.gumbel_statistics(rec.tokens, keys.text_keys("another", range(3)), lengths=rec.lengths,
+                                     starts=rec.starts, vocab_size=8)
+    with pytest.raises(detect.ProvenanceMismatch, match="another secret"):
+        detect.score(tau, other)
+    detect.score(tau, st)
+
+
+def test_reading_the_secret_from_env_or_file(tmp_path, monkeypatch):
+    monkeypatch.delenv(keys.ENV_VAR, raising=False)
+    with pytest.warns(UserWarning, match="PUBLIC demo secret"):
+        sec, where = keys.resolve()
+    assert sec == keys.Secret(keys.DEMO_SECRET) and "demo" in where
+    with pytest.raises(ValueError, match="refuses the public demo secret"):
+        keys.resolve(allow_demo=False)
+    monkeypatch.setenv(keys.ENV_VAR, SECRET)
+    sec, where = keys.resolve(allow_demo=False)
+    assert sec == keys.Secret(SECRET) and where == f"${keys.ENV_VAR}" and SECRET not in where
+    monkeypatch.setenv("MY_WM_KEY", "other")
+    assert keys.resolve("MY_WM_KEY")[0] == keys.Secret("other")
+    with pytest.raises(ValueError, match="NOT_SET_ANYWHERE"):
+        keys.resolve("NOT_SET_ANYWHERE")
+    path = tmp_path / "secret.txt"
+    path.write_text(SECRET + "\n")
+    os.chmod(path, 0o600)
+    assert keys.resolve(secret_file=str(path))[0] == keys.Secret(SECRET)  # same key as the env var
+    os.chmod(path, 0o644)
+    with pytest.warns(UserWarning, match="readable by other users"):
+        keys.from_file(path)
+    path.write_text("")
+    os.chmod(path, 0o600)
+    with pytest.raises(ValueError, match="empty"):
+        keys.from_file(path)
+    with pytest.raises(ValueError, match="cannot read"):
+        keys.from_file(tmp_path / "missing")

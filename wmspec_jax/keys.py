@@ -1,0 +1,309 @@
+"""The watermark secret and the one documented way from it to stream keys.
+
+Generation, detection, the experiments, the notebooks and the README all go
+
+    secret ─► Secret ─► text_keys(secret, indices, run=...) ─► StreamKeys uint32[B, 3, 2] ─► generate / detect
+                 └─► fingerprint (a hash: safe to store) ◄─────────── carried by StreamKeys
+
+Every text gets its own stream keys: calibration of detection is a statement
+over the key (``docs/detection.md``, "keyed per text"), and in an experiment
+every (run, text) pair gets its own — two runs of one prompt never share a
+watermark draw. ``generate`` and every ``detect`` statistic accept
+:class:`StreamKeys`; statistics record the fingerprint, and a detector refuses
+statistics made with another secret (:mod:`wmspec_jax.detect.provenance`).
+
+Derivation ``wmspec-keys-v1`` (:data:`KEY_DERIVATION`; a change bumps it and
+breaks detection of old text, so the golden vector in ``tests/test_keys.py``
+pins it)::
+
+    M          = prf.stream_keys(secret)             uint32[3, 2] (SHA-256 of the PRF version and the typed secret)
+    k(run, i)  = SHA-256("wmspec-keys-v1/text" | M | len(run) | run | i)       32 bytes (i: uint64, lengths: uint32)
+    words      = prf.stream_keys(k(run, i))          uint32[3, 2] per text
+    fingerprint= SHA-256("wmspec-keys-v1/fingerprint" | M)[:8] as 16 hex digits
+
+(Issue 12 replaced the previous ``prf.stream_keys(f"{secret}/{i}")`` of
+``runs.text_keys``, which gave every run of an experiment the same key per
+text and let ``"a/1"`` and ``("a", 1)`` collide.) The fingerprint lets anyone
+holding text test a *guessed* secret — as detection itself does — so use a
+secret with real entropy (e.g. ``python -c "import secrets; print(secrets.token_hex(32))"``).
+
+The secret never appears in a ``repr``, log or file: :class:`Secret` keeps
+only ``M`` and prints its fingerprint; :class:`Secret` and
+:class:`StreamKeys` refuse to pickle. Scripts read it from an environment
+variable (:data:`ENV_VAR` by default) or a file (:func:`resolve`), never
+from argv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+import warnings
+from typing import Iterable, Optional, Union
+
+import numpy as np
+
+from wmspec_jax import prf
+
+KEY_DERIVATION = "wmspec-keys-v1"
+"""Identifier of the secret -> per-text key construction (module doc)."""
+
+DIRECT = "direct"
+"""Derivation label of a secret used as the key of every text (``generate(..., "secret")``)."""
+
+ENV_VAR = "WMSPEC_SECRET"
+"""Environment variable the experiment scripts read the secret from by default."""
+
+DEMO_SECRET = "wmspec-demo-secret"
+"""The public secret of the quick demos. Anyone can detect (and forge) its watermark."""
+
+
+class Secret:
+    """A watermark secret: derives stream keys, prints only its fingerprint.
+
+    Args:
+      value: ``str`` (UTF-8), ``bytes``, non-negative ``int``, a
+        ``prf.WatermarkKey`` or another :class:`Secret`. ``"1"``, ``b"1"`` and
+        ``1`` are different secrets (as in :mod:`wmspec_jax.prf`).
+
+    Only the master stream words M (module doc) are kept, not ``value``.
+    """
+
+    __slots__ = ("_master",)
+
+    def __init__(self, value: Union["Secret", prf.KeyLike]):
+        if isinstance(value, Secret):
+            self._master = value._master
+            return
+        if isinstance(value, (str, bytes, bytearray)) and len(value) == 0:
+            raise ValueError("the watermark secret must not be empty")
+        if isinstance(value, StreamKeys) or (hasattr(value, "dtype") and not isinstance(value, np.integer)):
+            raise TypeError("a Secret is made from the secret itself (str/bytes/int), not from derived stream keys "
+                            "or a jax.random key")
+        master = prf.stream_keys(value)
+        master.setflags(write=False)
+        self._master = master
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits identifying the secret (a one-way hash; safe in results and detectors)."""
+        return _fingerprint(self._master)
+
+    def stream_keys(self) -> "StreamKeys":
+        """The secret used directly as one key for every text: ``StreamKeys`` uint32[3, 2]."""
+        return StreamKeys(self._master, self.fingerprint, DIRECT)
+
+    def __repr__(self) -> str:
+        return f"Secret(fingerprint={self.fingerprint})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Secret) and np.array_equal(other._master, self._master)
+
+    def __hash__(self) -> int:
+        return hash(self._master.tobytes())
+
+    def __reduce__(self):
+        raise TypeError("a watermark Secret is not picklable: never store the secret")
+
+    def __copy__(self):  # immutable: copies (e.g. dataclasses.replace/asdict) share it
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+class StreamKeys:
+    """Per-text stream key words uint32[B, 3, 2] (or [3, 2]) with their provenance.
+
+    Accepted wherever ``wmspec_jax`` takes stream keys (``generate``, the
+    ``detect`` statistics): it converts to the uint32 array through
+    ``__array__``. ``repr`` shows the shape and fingerprint, never the words.
+
+    Attributes:
+      fingerprint: the fingerprint of the secret the words came from.
+      derivation: :data:`KEY_DERIVATION` (per-text keys) or :data:`DIRECT`.
+    """
+
+    __slots__ = ("_words", "fingerprint", "derivation")
+
+    def __init__(self, words, fingerprint: str, derivation: str):
+        words = np.array(words, np.uint32)
+        if words.shape[-2:] != (prf.NUM_STREAMS, 2) or words.ndim not in (2, 3):
+            raise ValueError(f"stream key words must be uint32[3, 2] or [B, 3, 2], got shape {words.shape}")
+        words.setflags(write=False)
+        self._words = words
+        self.fingerprint = str(fingerprint)
+        self.derivation = str(derivation)
+
+    @property
+    def words(self) -> np.ndarray:
+        """The raw uint32 words (secret-derived: do not print or store them)."""
+        return self._words
+
+    shape = property(lambda self: self._words.shape)
+    ndim = property(lambda self: self._words.ndim)
+    dtype = property(lambda self: self._words.dtype)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._words if dtype is None else self._words.astype(dtype)
+
+    def __len__(self) -> int:
+        if self._words.ndim != 3:
+            raise TypeError("a single key (uint32[3, 2]) has no rows")
+        return self._words.shape[0]
+
+    def __getitem__(self, rows) -> "StreamKeys":
+        """Selects texts (rows) and keeps the provenance: ``keys[2:5]``, ``keys[[0, 3]]``, ``keys[1]``."""
+        if self._words.ndim != 3:
+            raise TypeError("a single key (uint32[3, 2]) has no rows to select")
+        if isinstance(rows, tuple):
+            raise IndexError("StreamKeys selects rows only; np.asarray(keys) gives the raw words")
+        return StreamKeys(self._words[rows], self.fingerprint, self.derivation)
+
+    def __repr__(self) -> str:
+        n = self._words.shape[0]
+        rows = "one key for every text" if self._words.ndim == 2 else f"{n} text{'s' if n != 1 else ''}"
+        return f"StreamKeys(<{rows}>, fingerprint={self.fingerprint}, derivation={self.derivation})"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        raise TypeError("StreamKeys are derived from the secret and are not picklable: never store them")
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def _fingerprint(master: np.ndarray) -> str:
+    digest = hashlib.sha256(f"{KEY_DERIVATION}/fingerprint".encode() + b"\x00" + master.astype("<u4").tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _as_secret(secret) -> Secret:
+    if isinstance(secret, Secret):
+        return secret
+    if isinstance(secret, StreamKeys):
+        raise TypeError("pass the Secret (or the secret itself), not keys already derived from it")
+    return Secret(secret)
+
+
+def text_keys(secret, indices: Iterable[int], run: str = "") -> StreamKeys:
+    """Stream keys of texts ``indices`` (of run ``run``): the one secret -> keys map (module doc).
+
+    Args:
+      secret: a :class:`Secret` (or a str/bytes/int secret).
+      indices: non-negative text indices (e.g. ``range(B)``, or the prompt
+        indices of an experiment).
+      run: name of the generation setting; different runs get independent
+        keys for the same text index. ``""`` for plain API use.
+
+    Returns:
+      :class:`StreamKeys` uint32[B, 3, 2], to pass as the ``watermark_key`` of
+      ``wmspec_jax.generate`` and as the ``key`` of the ``detect`` statistics.
+    """
+    sec = _as_secret(secret)
+    idx = [_check_index(i) for i in indices]
+    if not idx:
+        raise ValueError("no text indices: the batch needs at least one key")
+    if not isinstance(run, str):
+        raise TypeError(f"run must be a str (the run's name), got {type(run).__name__}")
+    run_bytes = run.encode("utf-8")
+    prefix = (f"{KEY_DERIVATION}/text".encode() + b"\x00" + sec._master.astype("<u4").tobytes()
+              + struct.pack("<I", len(run_bytes)) + run_bytes)
+    words = np.stack([prf.stream_keys(hashlib.sha256(prefix + struct.pack("<Q", i)).digest()) for i in idx])
+    return StreamKeys(words, sec.fingerprint, KEY_DERIVATION)
+
+
+def _check_index(i) -> int:
+    if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+        raise TypeError(f"text indices must be ints, got {type(i).__name__}")
+    if i < 0:
+        raise ValueError(f"text indices must be >= 0, got {i}")
+    return int(i)
+
+
+def key_provenance(key) -> tuple:
+    """(fingerprint, derivation) of anything accepted as a watermark key.
+
+    :class:`StreamKeys` carry theirs; a secret (:class:`Secret`, str, bytes,
+    int, ``prf.WatermarkKey``) used directly is ``(its fingerprint, "direct")``;
+    raw uint32 words have no known origin: ``(None, None)``.
+    """
+    if isinstance(key, StreamKeys):
+        return key.fingerprint, key.derivation
+    if isinstance(key, (Secret, prf.WatermarkKey, str, bytes, bytearray)) or (
+            isinstance(key, (int, np.integer)) and not isinstance(key, bool)):
+        return Secret(key).fingerprint, DIRECT
+    return None, None
+
+
+# ---------------------------------------------------------------------------
+# Reading the secret (scripts): environment variable or file, never argv
+# ---------------------------------------------------------------------------
+
+
+def from_env(var: str = ENV_VAR) -> Secret:
+    """The secret in environment variable ``var`` (UTF-8 text)."""
+    value = os.environ.get(var, "")
+    if not value:
+        raise ValueError(f"environment variable {var} is not set or empty: export the watermark secret there")
+    return Secret(value)
+
+
+def from_file(path) -> Secret:
+    """The secret stored in a file: its UTF-8 text without the final newline.
+
+    Warns when the file is readable by other users.
+    """
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise ValueError(f"cannot read the watermark secret file {path}: {e.strerror}") from None
+    if mode & (stat.S_IRGRP | stat.S_IROTH):
+        warnings.warn(f"the secret file {path} is readable by other users (chmod 600 it)", stacklevel=2)
+    text = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
+    if not text:
+        raise ValueError(f"the watermark secret file {path} is empty")
+    return Secret(text)
+
+
+def resolve(secret_env: Optional[str] = None, secret_file: Optional[str] = None, *,
+            allow_demo: bool = True) -> tuple:
+    """The secret of a script run: (:class:`Secret`, where it came from, in words).
+
+    Order: ``secret_file`` if given; else the environment variable
+    ``secret_env`` (default :data:`ENV_VAR`) if set; else the public
+    :data:`DEMO_SECRET` with a loud warning — or, with
+    ``allow_demo=False`` (the paper preset), a ``ValueError``.
+    """
+    if secret_file:
+        return from_file(secret_file), f"file {secret_file}"
+    var = secret_env or ENV_VAR
+    if os.environ.get(var):
+        return from_env(var), f"${var}"
+    if secret_env:
+        raise ValueError(f"--secret_env={secret_env}: that environment variable is not set or empty")
+    if not allow_demo:
+        raise ValueError(f"no watermark secret: set ${ENV_VAR} (or --secret_env=VAR / --secret_file=PATH). "
+                         f"This preset refuses the public demo secret {DEMO_SECRET!r}: anyone could detect "
+                         "and forge its watermark.")
+    warnings.warn(f"no watermark secret given (${ENV_VAR}, --secret_env, --secret_file): using the PUBLIC demo "
+                  f"secret {DEMO_SECRET!r}. Anyone can detect and forge this watermark; fine for a demo, never "
+                  "for real text.", stacklevel=2)
+    return Secret(DEMO_SECRET), "the public demo secret"
+
+
+__all__ = [
+    "DEMO_SECRET", "DIRECT", "ENV_VAR", "KEY_DERIVATION", "Secret", "StreamKeys", "from_env", "from_file",
+    "key_provenance", "resolve", "text_keys",
+]
