@@ -69,7 +69,7 @@ def load_pair():
 
         pair = pairs.load_pair("builtin", "builtin")
         questions = data.load_prompt_set("builtin-eli5").take(b, seed=0)
-        prompts, lengths = pairs.encode_prompts(pair, questions.prompts, "question", max(p, 64))
+        prompts, lengths = pairs.encode_prompts(pair, questions.prompts, "question", max(p, 64), too_long="truncate")
         return pair.name, pair.target, pair.target_params, pair.draft, pair.draft_params, prompts, lengths
     if FLAGS.pair == "toy":
         from wmspec_jax import pairs

@@ -174,15 +174,23 @@ def stream_keys(keys: Union[KeyLike, Sequence[KeyLike]]) -> np.ndarray:
 
 
 def check_stream_keys(keys) -> jax.Array:
-    """Validates an array of stream key words ``[..., NUM_STREAMS, 2]`` uint32."""
-    if isinstance(keys, (WatermarkKey, bytes, bytearray, str, int)):
+    """Validates stream key words ``[..., NUM_STREAMS, 2]`` uint32 (or a secret).
+
+    Accepts the words (e.g. :func:`wmspec_jax.keys.text_keys`'s ``StreamKeys``),
+    a secret object with a ``stream_keys()`` method (``wmspec_jax.keys.Secret``,
+    :class:`WatermarkKey`) or a bytes/str/int secret used directly as one key.
+    """
+    if isinstance(keys, (bytes, bytearray, str, int)) and not isinstance(keys, bool):
         keys = stream_keys(keys)
+    elif callable(getattr(keys, "stream_keys", None)):
+        keys = keys.stream_keys()
     if not hasattr(keys, "dtype") or keys.dtype != np.uint32:
         raise TypeError(
-            "expected stream key words (uint32[..., 3, 2] from "
-            "wmspec_jax.prf.stream_keys) or a bytes/str/int watermark key, got "
+            "expected stream key words (uint32[..., 3, 2], e.g. wmspec_jax.keys.text_keys(secret, "
+            "indices, run)) or a bytes/str/int watermark secret, got "
             f"{type(keys).__name__} with dtype {getattr(keys, 'dtype', None)}"
         )
+    keys = np.asarray(keys) if not isinstance(keys, (np.ndarray, jax.Array)) else keys
     if keys.shape[-2:] != (NUM_STREAMS, 2) or keys.ndim not in (2, 3):
         raise ValueError(
             f"stream key words must have shape ({NUM_STREAMS}, 2) or (B, {NUM_STREAMS}, 2), got {keys.shape}"

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from wmspec_jax import validation
 from wmspec_jax.detect import metrics, pvalues
 from wmspec_jax.detect.common import Detector, Scores, check_unit, detector_config, fitted_provenance
 from wmspec_jax.detect.provenance import check_compatible
@@ -100,9 +101,9 @@ def gamma_test(y, mask) -> Scores:
     mask = jnp.asarray(mask, bool)
     if np.shape(y) != mask.shape or mask.ndim != 2:
         raise ValueError(f"y and mask must both be [B, L], got {np.shape(y)} and {mask.shape}")
-    if isinstance(y, jax.core.Tracer):
+    y_host = validation.concrete(y)
+    if y_host is None:  # traced: checked by the caller
         return _gamma_scores(*_sum_terms(y, mask))
-    y_host = np.asarray(y)
     if not np.issubdtype(y_host.dtype, np.floating):
         raise TypeError(f"y must hold floats in [0, 1], got dtype {y_host.dtype}")
     m = np.asarray(mask)

@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import context, keys as keys_lib, prf
+from wmspec_jax import context, keys as keys_lib, prf, validation
 from wmspec_jax.detect.provenance import Provenance, merge
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET  # noqa: F401
 
@@ -136,9 +136,9 @@ def check_texts(tokens, lengths=None, starts=None, *, vocab_size: int,
     h = prf.check_context_width(context_width)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, (int, np.integer)) or vocab_size < 1:
         raise TypeError(f"vocab_size must be the tokenizer's vocabulary size (an int >= 1), got {vocab_size!r}")
-    if isinstance(tokens, jax.core.Tracer):
+    tok = validation.concrete(tokens)
+    if tok is None:
         raise TypeError("detection inputs must be concrete arrays (validate before jax.jit)")
-    tok = np.asarray(tokens)
     if tok.ndim == 1:
         tok = tok[None]
     if tok.ndim != 2:

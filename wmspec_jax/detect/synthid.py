@@ -72,7 +72,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from wmspec_jax import prf
+from wmspec_jax import prf, validation
 from wmspec_jax.detect import pvalues, weighted
 from wmspec_jax.detect.common import Detector, Scores, check_unit, detector_config, fitted_provenance
 from wmspec_jax.detect.metrics import _tpr_at_fpr
@@ -131,8 +131,8 @@ def _check_g(g, mask):
     mask = jnp.asarray(mask, bool)
     if g.ndim != 3 or g.shape[:2] != mask.shape:
         raise ValueError(f"g must be [B, L, m] matching mask [B, L], got {g.shape} and {mask.shape}")
-    if g.dtype != jnp.bool_ and not isinstance(g, jax.core.Tracer):
-        values = np.asarray(g)
+    values = None if g.dtype == jnp.bool_ else validation.concrete(g)
+    if values is not None:
         bad = (values != 0) & (values != 1)
         if bad.any():
             raise ValueError(f"g-values must be 0 or 1 (SynthID's g ~ Bernoulli(1/2)), got e.g. "

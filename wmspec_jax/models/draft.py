@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -113,18 +112,9 @@ def save_adapters(path: str | os.PathLike, layers, adapters: dict, meta: dict | 
     for k in NORM_KEYS + ("final_norm",):
         if k in adapters:
             flat[k] = np.asarray(adapters[k], np.float32)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp.npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **flat)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the asset ships in the package
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    from wmspec_jax import results  # the package's one atomic writer (umask permissions, fsync)
+
+    results.atomic_write(path, lambda f: np.savez_compressed(f, **flat))
 
 
 def load_adapters(path: str | os.PathLike) -> tuple[list[int], dict, dict]:

@@ -5,7 +5,7 @@ Draft fixed at Q_ζ = S(Q, ζ). With acceptance a_w = min(1, P_w / Q_w) and the
 normalised residual R = (P − Q)+ / Σ(P − Q)+,
 
 * Hu's class:    P'_γ = (1 − γ) A_spec(Q, P) ∘ Q_ζ + γ S(P, ζ)         (S_hu, Eq. 5)
-* Google's class: P'_γ = (1 − γ) A_ξ(Q, P) ∘ Q_ζ + γ S(P, ζ)            (S_google, Eq. 16)
+* Google's class: P'_γ = (1 − γ) A_ξ(Q, P) ∘ Q_ζ + γ S(P, ζ)            (S_google, App. C.2, with A_ξ of Eq. 14)
 
 where A ∘ Q_ζ = a ⊙ Q_ζ + (Σ_w (1 − a_w) Q_ζ,w) · R_* with R_* = R for Hu and
 R_* = S(R, ξ), ξ independent of ζ, for Google. SE = E Σ_w min(Q_ζ, P'_γ)
