@@ -187,7 +187,7 @@ def check_stream_keys(keys) -> jax.Array:
     if not hasattr(keys, "dtype") or keys.dtype != np.uint32:
         raise TypeError(
             "expected stream key words (uint32[..., 3, 2], e.g. wmspec_jax.keys.text_keys(secret, "
-            "indices, run)) or a bytes/str/int watermark secret, got "
+            "indices, run)) or a bytes/str/int watermark key (the secret), got "
             f"{type(keys).__name__} with dtype {getattr(keys, 'dtype', None)}"
         )
     keys = np.asarray(keys) if not isinstance(keys, (np.ndarray, jax.Array)) else keys
