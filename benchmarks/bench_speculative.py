@@ -16,7 +16,8 @@ Reported ratios (also in the JSON, under ``ratios``):
 * ``<method> / standard`` per token;
 * per step, each watermarking method over the same method without a
   watermark (``basic / plain``; ``hu``, ``dathathri``, ``pseudorandom`` over
-  ``standard``): what the watermark costs.
+  ``standard``): what the watermark costs — the median over rounds of the
+  ratio within a round (the two ran back to back), with its range.
 
   python benchmarks/bench_speculative.py --pair=builtin --batch_size=1 --max_new_tokens=48
   python benchmarks/bench_speculative.py --pair=tiny_llama --decoder=synthid --top_k=100 --batch_size=32
@@ -189,9 +190,14 @@ def main(argv):
     if "standard" in rows:
         for method in rows:
             ratios[f"{method}/standard per token"] = rows[method]["ms_per_token"] / rows["standard"]["ms_per_token"]
+    spreads = {}
     for method, base in UNWATERMARKED.items():
         if method in rows and base in rows:
-            ratios[f"{method}/{base} per step"] = rows[method]["ms_per_step"] / rows[base]["ms_per_step"]
+            # paired by round (both ran back to back), so slow drifts of the machine cancel
+            per_round = (np.asarray(times[method]) / counts[method][1]) / (np.asarray(times[base]) / counts[base][1])
+            key = f"{method}/{base} per step"
+            ratios[key] = float(np.median(per_round))
+            spreads[key] = [float(per_round.min()), float(per_round.max())]
 
     print(f"\n{name}, {dec.label}, K={FLAGS.lookahead}, batch {bsz}, {FLAGS.max_new_tokens} new tokens, "
           f"T={FLAGS.temperature}, top-k={FLAGS.top_k or 'none'}, median of {FLAGS.repeats} rounds "
@@ -206,12 +212,14 @@ def main(argv):
         print(f"{'plain marginal':14s} {'':9s} {rows['plain']['marginal_ms_per_step']:9.3f}   "
               f"(step cost beyond the prefill: runs at {FLAGS.max_new_tokens} and {FLAGS.max_new_tokens // 2} tokens)")
     for key, value in ratios.items():
-        print(f"  {key:48s} {value:6.3f}")
+        spread = f"   (rounds: {spreads[key][0]:.3f}-{spreads[key][1]:.3f})" if key in spreads else ""
+        print(f"  {key:48s} {value:6.3f}{spread}")
     results.atomic_write_json(FLAGS.output, {
         "pair": name, "decoder": dec.label, "lookahead": FLAGS.lookahead, "batch_size": bsz,
         "max_new_tokens": FLAGS.max_new_tokens, "temperature": FLAGS.temperature, "top_k": FLAGS.top_k or None,
         "repeats": FLAGS.repeats, "devices": [str(d) for d in jax.devices()], "rows": rows,
         "bare_decode_ms_per_step": bare_ms, "bare_prefill_ms": prefill_ms, "ratios": ratios,
+        "ratio_spreads": spreads,
         "seconds": times})
     print(f"wrote {FLAGS.output}")
 
