@@ -12,6 +12,12 @@ V = 512
 B = 400
 
 
+def dist(logp, ids=None):
+    """Candidates of normalised log-probabilities (lse = 0)."""
+    logp = jnp.asarray(logp, jnp.float32)
+    return candidates.Candidates(logp, jnp.zeros(logp.shape[:-1], jnp.float32), ids)
+
+
 @pytest.fixture(scope="module")
 def logits():
     # integer-valued logits: many ties at the k-th value exercise the tie-break
@@ -62,7 +68,7 @@ def test_residual_on_candidates_equals_the_dense_residual(logits):
     for top_k in (None, 25):
         p, q = candidates.from_logits(logits, 0.8, top_k), candidates.from_logits(q_logits, 0.8, top_k)
         want = np.asarray(theory.residual(candidates.to_dense(p, V), candidates.to_dense(q, V)))
-        got = np.asarray(candidates.to_dense(candidates.Candidates(jnp.log(candidates.residual(p, q)), p.ids), V))
+        got = np.asarray(candidates.to_dense(dist(jnp.log(candidates.residual(p, q)), p.ids), V))
         np.testing.assert_allclose(got, want, atol=2e-6)
 
 
@@ -115,6 +121,18 @@ def test_inverse_cdf_two_level_is_unbiased_and_skips_zero_weights():
                                            jnp.asarray([0.0, 1 - 2.0**-24], jnp.float32)))
     nz = np.flatnonzero(p)
     assert edge.tolist() == [nz[0], nz[-1]]
+
+
+@pytest.mark.parametrize("top_k", [None, 3])
+def test_nonfinite_logits_are_flagged_per_distribution(top_k):
+    x = np.zeros((5, 40), np.float32)
+    x[1, 7] = np.nan
+    x[2, 3] = np.inf
+    x[3] = -np.inf
+    x[4, :30] = -np.inf  # partly -inf is a legitimate distribution
+    for temperature in (0.0, 0.7):
+        _, bad = candidates.process(jnp.asarray(x), temperature, top_k)
+        assert np.asarray(bad).tolist() == [False, True, True, True, False], (temperature, top_k)
 
 
 def test_one_hot_distributions_carry_no_watermark(seeds):

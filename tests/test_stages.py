@@ -69,9 +69,15 @@ def test_verify_scores_the_k_plus_one_prefixes():
     assert not np.asarray(nonfinite).any()
 
 
+def dense(probs):
+    """Candidates over the whole vocabulary from probabilities."""
+    z = jnp.log(jnp.asarray(probs, jnp.float32))
+    return Candidates(z, jnp.zeros(z.shape[:-1], jnp.float32), None)
+
+
 def _drafts(drafted, q_probs, fresh=None):
     drafted = jnp.asarray(drafted, jnp.int32)
-    q = Candidates(jnp.log(jnp.asarray(q_probs, jnp.float32)), None)
+    q = dense(q_probs)
     log_q = jnp.take_along_axis(q.logp, drafted[..., None], -1)[..., 0]
     fresh = jnp.zeros(drafted.shape, bool) if fresh is None else jnp.asarray(fresh)
     return stages.Drafts(None, drafted, q, log_q, fresh, fresh, None, None)
@@ -80,7 +86,7 @@ def _drafts(drafted, q_probs, fresh=None):
 def test_accept_counts_leading_acceptances_in_log_space():
     q = np.array([0.5, 0.25, 0.25, 0.0], np.float32)
     p = np.array([0.25, 0.25, 0.25, 0.25], np.float32)
-    probs_p = Candidates(jnp.log(jnp.broadcast_to(jnp.asarray(p), (3, 4, 4))), None)
+    probs_p = dense(jnp.broadcast_to(jnp.asarray(p), (3, 4, 4)))
     d = _drafts([[0, 1, 2], [1, 0, 2], [1, 2, 0]], np.broadcast_to(q, (3, 3, 4)))
     # ratios: token 0 -> 0.5, tokens 1, 2 -> 1 (always accepted)
     u = jnp.asarray([[0.49, 0.9, 0.9], [0.9, 0.51, 0.1], [0.1, 0.1, 0.2]], jnp.float32)
@@ -114,7 +120,7 @@ def test_resample_residual_at_rejection_and_bonus_after_k_acceptances():
     p_probs[1, 2, 5] = 1.0  # a one-hot bonus distribution
     q_probs = np.zeros((2, 2, V), np.float32)
     q_probs[:, :, 0] = 1.0  # (P - Q)+ is a point mass on token 1
-    p = Candidates(jnp.log(jnp.asarray(p_probs)), None)
+    p = dense(p_probs)
     d = _drafts([[0, 0], [0, 0]], q_probs, fresh=np.ones((2, 2), bool))
     tok, src, wm = stages.resample(st, inputs, p, d, jnp.asarray([0, 2]), state.tokens, state.n)
     assert np.asarray(tok).tolist() == [1, 5]

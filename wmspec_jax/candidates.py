@@ -7,8 +7,8 @@ only the candidates, so every watermark decoder, sampler and residual costs
 O(k) per position instead of O(V) (with the paper's SynthID setting, top-k =
 100 and V = 32000, that is 320x less hashing and tournament work):
 
-* gather: ``ids`` are the candidate token ids in ascending order, ``logp``
-  their normalised log-probabilities;
+* gather: ``ids`` are the candidate token ids in ascending order, ``z``
+  their logits / temperature and ``lse`` the log-normaliser (log P = z − lse);
 * decode: a decoder runs on the candidates and returns a candidate index;
 * scatter: the token is ``ids[index]``.
 
@@ -32,22 +32,42 @@ from wmspec_jax import decoders, theory
 
 
 class Candidates(NamedTuple):
-    """A processed distribution on its candidate tokens.
+    """A processed distribution on its candidate tokens, kept as scaled logits.
+
+    log P(w) = z_w − lse: the normalisation is one number per distribution,
+    so looking up a few tokens (the acceptance ratio) never touches the
+    other candidates, and a distribution is only exponentiated where a
+    token is drawn from it.
 
     Attributes:
-      logp: float32[..., C] normalised log-probabilities (−inf: probability 0).
+      z: float32[..., C] logits / temperature on the candidates (−inf: probability 0).
+      lse: float32[...] log Σ_w exp(z_w); not finite when a logit was NaN or
+        +inf (or all were −inf): see :func:`process`.
       ids: int32[..., C] ascending token ids, or None when C = V (all tokens).
     """
 
-    logp: jax.Array
+    z: jax.Array
+    lse: jax.Array
     ids: Optional[jax.Array]
 
     @property
     def size(self) -> int:
-        return self.logp.shape[-1]
+        return self.z.shape[-1]
+
+    @property
+    def logp(self) -> jax.Array:
+        """float32[..., C] normalised log-probabilities."""
+        return self.z - self.lse[..., None]
 
 
-def from_logits(logits: jax.Array, temperature: float, top_k: Optional[int]) -> Candidates:
+def _logsumexp(z: jax.Array) -> jax.Array:
+    # NaN and +inf propagate (max is NaN-propagating, inf − inf is NaN), so a
+    # non-finite result flags a bad row at no extra pass over the logits
+    top = jnp.max(z, axis=-1)
+    return top + jnp.log(jnp.sum(jnp.exp(z - top[..., None]), axis=-1))
+
+
+def process(logits: jax.Array, temperature: float, top_k: Optional[int]) -> tuple[Candidates, jax.Array]:
     """Temperature and top-k on float32[..., V] logits, kept on the support.
 
     Same distribution as :func:`wmspec_jax.decoders.process_logits` (exactly
@@ -57,18 +77,32 @@ def from_logits(logits: jax.Array, temperature: float, top_k: Optional[int]) -> 
       logits: float[..., V].
       temperature: static float >= 0.
       top_k: static int in [1, V] or None.
+
+    Returns:
+      (Candidates, bool[...] True where a logit was NaN or +inf or every
+      logit was −inf).
     """
     x = jnp.asarray(logits, jnp.float32)
     if temperature == 0:
         top = decoders.first_argmax(x)[..., None]
-        return Candidates(jnp.zeros(top.shape, jnp.float32), top)
+        bad = ~jnp.isfinite(jnp.max(x, axis=-1))
+        zeros = jnp.zeros(top.shape, jnp.float32)
+        return Candidates(zeros, zeros[..., 0], top), bad
     if top_k is None:
-        return Candidates(jax.nn.log_softmax(x / temperature, axis=-1), None)
-    values, ids = select_top_k(x, top_k)
-    order = jnp.argsort(ids, axis=-1)
-    ids = jnp.take_along_axis(ids, order, axis=-1).astype(jnp.int32)
-    values = jnp.take_along_axis(values, order, axis=-1)
-    return Candidates(jax.nn.log_softmax(values / temperature, axis=-1), ids)
+        ids = None
+        z = x if temperature == 1 else x / temperature
+    else:
+        values, ids = select_top_k(x, top_k)  # NaN and +inf sort first: they stay visible
+        order = jnp.argsort(ids, axis=-1)
+        ids = jnp.take_along_axis(ids, order, axis=-1).astype(jnp.int32)
+        z = jnp.take_along_axis(values, order, axis=-1) / temperature
+    lse = _logsumexp(z)
+    return Candidates(z, lse, ids), ~jnp.isfinite(lse)
+
+
+def from_logits(logits: jax.Array, temperature: float, top_k: Optional[int]) -> Candidates:
+    """:func:`process` without the non-finite flag."""
+    return process(logits, temperature, top_k)[0]
 
 
 _BLOCK = 32  # block size of the two-stage top-k
@@ -118,13 +152,14 @@ def token_ids(c: Candidates, index: jax.Array) -> jax.Array:
 def log_prob(c: Candidates, tokens: jax.Array) -> jax.Array:
     """log P(token) for arbitrary token ids int[..., N]: float32[..., N] (−inf off the support)."""
     tokens = jnp.asarray(tokens, jnp.int32)
+    lse = c.lse[..., None]
     if c.ids is None:
-        return jnp.take_along_axis(c.logp, tokens, axis=-1)
+        return jnp.take_along_axis(c.z, tokens, axis=-1) - lse
     # ids are sorted: the position of a token is the count of smaller ids
     pos = jnp.sum(c.ids[..., None, :] < tokens[..., :, None], axis=-1)
     pos = jnp.minimum(pos, c.size - 1)
     found = jnp.take_along_axis(c.ids, pos, axis=-1) == tokens
-    return jnp.where(found, jnp.take_along_axis(c.logp, pos, axis=-1), -jnp.inf)
+    return jnp.where(found, jnp.take_along_axis(c.z, pos, axis=-1) - lse, -jnp.inf)
 
 
 def probs(c: Candidates) -> jax.Array:
@@ -147,33 +182,45 @@ def residual(p: Candidates, q: Candidates) -> jax.Array:
       float32[..., C] on ``p.ids`` (a distribution to sample from).
     """
     if p.ids is None and q.ids is None:
-        q_on_p = jnp.exp(q.logp)
+        q_on_p = probs(q)
     else:
         q_on_p = jnp.exp(log_prob(q, p.ids if p.ids is not None else _all_ids(p)))
-    return theory.residual(jnp.exp(p.logp), q_on_p)
+    return theory.residual(probs(p), q_on_p)
 
 
 def _all_ids(c: Candidates) -> jax.Array:
-    return jnp.broadcast_to(jnp.arange(c.size, dtype=jnp.int32), c.logp.shape)
+    return jnp.broadcast_to(jnp.arange(c.size, dtype=jnp.int32), c.z.shape)
 
 
 def take(c: Candidates, index: jax.Array, axis: int) -> Candidates:
-    """Selects one entry per row along ``axis`` (e.g. the position j of the
-    first rejection among K + 1 verified positions): index int32[B]."""
+    """Selects one entry per row along ``axis`` of the candidates' batch axes (e.g.
+    the position j of the first rejection among K + 1 verified positions):
+    index int32[B]; ``axis`` counts the batch axes (1 for [B, K + 1, C])."""
 
-    def pick(x):
+    def pick(x, ax):
         idx = jnp.expand_dims(index, tuple(range(1, x.ndim)))
-        return jnp.take_along_axis(x, idx, axis=axis).squeeze(axis)
+        return jnp.take_along_axis(x, idx, axis=ax).squeeze(ax)
 
-    return Candidates(pick(c.logp), None if c.ids is None else pick(c.ids))
+    return Candidates(pick(c.z, axis), pick(c.lse, axis), None if c.ids is None else pick(c.ids, axis))
+
+
+def stack(cs, axis: int = 1) -> Candidates:
+    """Stacks Candidates of equal shapes along a new batch axis."""
+    return Candidates(jnp.stack([c.z for c in cs], axis), jnp.stack([c.lse for c in cs], axis),
+                      None if cs[0].ids is None else jnp.stack([c.ids for c in cs], axis))
+
+
+def leading(c: Candidates, count: int) -> Candidates:
+    """The first ``count`` entries along axis 1 (e.g. the K draft positions of K + 1)."""
+    return Candidates(c.z[:, :count], c.lse[:, :count], None if c.ids is None else c.ids[:, :count])
 
 
 def to_dense(c: Candidates, vocab_size: int) -> jax.Array:
     """float32[..., V] probabilities on the whole vocabulary (for tests and checks)."""
-    p = jnp.exp(c.logp)
+    p = probs(c)
     if c.ids is None:
         return p
     flat_ids = c.ids.reshape(-1, c.size)
     rows = jnp.arange(flat_ids.shape[0])[:, None]
     dense = jnp.zeros((flat_ids.shape[0], vocab_size), jnp.float32).at[rows, flat_ids].set(p.reshape(-1, c.size))
-    return dense.reshape(c.logp.shape[:-1] + (vocab_size,))
+    return dense.reshape(c.z.shape[:-1] + (vocab_size,))

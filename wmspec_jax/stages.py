@@ -68,8 +68,9 @@ class Static:
     max_new_tokens: int
     stop_ids: tuple = ()
 
-    def process(self, logits: jax.Array) -> Candidates:
-        return candidates.from_logits(logits, self.temperature, self.top_k)
+    def process(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
+        """Candidates of float32[..., V] logits and the NaN / +inf flag per distribution."""
+        return candidates.process(logits, self.temperature, self.top_k)
 
 
 class Inputs(NamedTuple):
@@ -176,11 +177,6 @@ def set_at(x: jax.Array, pos: jax.Array, value: jax.Array) -> jax.Array:
     return x.at[jnp.arange(x.shape[0]), pos].set(value)
 
 
-def has_nonfinite(logits: jax.Array, axes) -> jax.Array:
-    """bool: NaN or +inf anywhere over ``axes`` (−inf is a legitimate logit)."""
-    return ~jnp.all(jnp.isfinite(logits) | jnp.isneginf(logits), axis=axes)
-
-
 def _is_new_context(st: Static, tokens, positions, inputs: Inputs) -> jax.Array:
     return context.is_new_context(tokens, positions, inputs.start, st.context_width)
 
@@ -211,8 +207,8 @@ def draft(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.A
     per_pos = []
     for s in range(k):  # K is small and static: unrolled
         pos = n + s
-        nonfinite = nonfinite | has_nonfinite(logits, -1)
-        q = st.process(logits)
+        q, bad = st.process(logits)
+        nonfinite = nonfinite | bad
         weights = candidates.probs(q)
         fresh = _is_new_context(st, tokens, pos, inputs) if need_fresh else jnp.zeros(n.shape, bool)
         seeds = _seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
@@ -221,15 +217,15 @@ def draft(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.A
             fresh if method.watermark_draft else None)
         token = candidates.token_ids(q, index)
         tokens = set_at(tokens, pos, token)
-        log_q = jnp.take_along_axis(q.logp, index[:, None], axis=-1)[:, 0]
+        log_q = jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse
         per_pos.append((token, q, log_q, fresh, watermarked))
         if s < k - 1:
             logits, cache = model.step(inputs.draft_params, cache, token[:, None], jnp.ones_like(n))
             logits = logits[:, 0]
     stack = lambda xs: jnp.stack(xs, axis=1)  # noqa: E731
     drafted, qs, log_q, fresh, watermarked = zip(*per_pos)
-    q = Candidates(stack([c.logp for c in qs]), None if qs[0].ids is None else stack([c.ids for c in qs]))
-    return Drafts(tokens, stack(drafted), q, stack(log_q), stack(fresh), stack(watermarked), cache, nonfinite)
+    return Drafts(tokens, stack(drafted), candidates.stack(qs), stack(log_q), stack(fresh), stack(watermarked),
+                  cache, nonfinite)
 
 
 def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array):
@@ -242,7 +238,8 @@ def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.
     k = st.lookahead
     logits, cache = model.step(inputs.target_params, cache, row_slice(tokens, n - 1, k + 1),
                                jnp.full_like(n, k + 1))
-    return st.process(logits), cache, has_nonfinite(logits, (1, 2))
+    p, bad = st.process(logits)
+    return p, cache, jnp.any(bad, axis=1)
 
 
 def acceptance_uniforms(st: Static, inputs: Inputs, tokens: jax.Array, n: jax.Array, fresh: jax.Array) -> jax.Array:
@@ -269,8 +266,7 @@ def accept(p: Candidates, drafts: Drafts, u: jax.Array):
       min(1, P(d_s) / Q(d_s))).
     """
     k = drafts.drafted.shape[1]
-    p_drafts = Candidates(p.logp[:, :k], None if p.ids is None else p.ids[:, :k])
-    log_p = candidates.log_prob(p_drafts, drafts.drafted[..., None])[..., 0]
+    log_p = candidates.log_prob(candidates.leading(p, k), drafts.drafted[..., None])[..., 0]
     log_ratio = log_p - drafts.log_q
     accepted = jnp.log(u) < log_ratio
     j = jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=1), axis=1)
