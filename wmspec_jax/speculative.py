@@ -6,18 +6,8 @@ function: prefill + a ``lax.while_loop`` over the steps of
 rollback). The function is compiled per :class:`SpeculativeConfig`, whose
 method (:mod:`wmspec_jax.methods`) is static, so each method computes only
 what it uses: ``plain`` and ``standard`` hash no watermark, ``hu`` draws no
-watermarked residual, and so on (Sec. 4.1, App. E):
-
-==============  ============  ================  =========================
-method          draft         acceptance u      residual / bonus token
-==============  ============  ================  =========================
-``plain``       —             —                 plain target (no watermark)
-``basic``       —             —                 watermarked target (ζ^T)
-``standard``    plain         true random       plain / plain
-``hu``          watermarked   true random       plain / watermarked
-``dathathri``   watermarked   true random       watermarked / watermarked
-``pseudorandom``watermarked   ACCEPT stream ζ^R watermarked / watermarked
-==============  ============  ================  =========================
+watermarked residual, and so on (the table of methods is in
+:mod:`wmspec_jax.methods`; Sec. 4.1, App. E).
 
 Each step drafts K tokens from the (watermarked) draft Q, scores the K + 1
 prefixes with the target P in one forward pass, accepts draft s while
