@@ -365,3 +365,30 @@ def test_several_stop_ids():
         ended += int(np.isin(gen[-1], [1, 2]))
         assert np.isin(gen[-1], [1, 2]) or gen.size == 15
     assert ended > 200
+
+
+def _top_k_table(table, k):
+    """Rows restricted to their k most likely tokens (ties to lower ids) and renormalised."""
+    out = np.zeros_like(table)
+    for r, row in enumerate(table):
+        keep = np.argsort(-row, kind="stable")[:k]
+        out[r, keep] = row[keep] / row[keep].sum()
+    return out
+
+
+@pytest.mark.parametrize("method", ["standard", "dathathri", "pseudorandom"])
+@pytest.mark.parametrize("decoder", [GUMBEL, SYNTH], ids=["gumbel", "synthid"])
+def test_thm41_with_top_k_candidates(method, decoder):
+    """Top-k = 2 of V = 4: P's and Q's supports differ, so drafts fall outside P's support
+    and residuals live on P's candidates. The output law is the top-k processed P (Thm 4.1 (a))
+    and the first acceptance rate 1 − TV of the processed pair (Thm 4.1 (b))."""
+    res = run(method, 2, decoder, top_k=2)
+    p_k, q_k = _top_k_table(P_TAB, 2), _top_k_table(Q_TAB, 2)
+    toks = generated(res, 3)
+    counts = np.bincount(toks[:, 0] * V * V + toks[:, 1] * V + toks[:, 2], minlength=V**3)
+    probs = toy.sequence_probs(p_k, PROMPT[-1], 3).ravel()
+    assert counts[probs == 0].sum() == 0, "a token outside the top-k support was emitted"
+    stats.assert_counts_match(counts[probs > 0], probs[probs > 0], f"{method}/{decoder.kind} top-k")
+    first = np.asarray(res.source[:, len(PROMPT)])
+    tv = 0.5 * np.abs(p_k[PROMPT[-1]] - q_k[PROMPT[-1]]).sum()
+    stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - tv, f"{method} top-k")
