@@ -18,6 +18,12 @@ chat template when it has one (else plain text with special tokens); a
 ``"text"`` opening is plain text with the tokenizer's special tokens (BOS).
 A prompt longer than the limit is an error by default, never cut from the
 left (that would drop BOS and the chat header): :func:`encode_prompts`.
+
+With a ``mesh`` (:mod:`wmspec_jax.sharding`, the experiments' ``--mesh``) the
+transformers' weights are placed tensor-parallel over its ``model`` axis and
+their caches split over ``data`` and ``model``; the toy pair's tables are
+replicated (it is data-parallel only). :func:`wmspec_jax.runs.generate_run`
+then splits each batch over ``data``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import os
 import warnings
 from typing import Any, Callable, Optional, Sequence
 
+import jax
 import jax.numpy as jnp
 
 from wmspec_jax import toy
@@ -52,13 +59,21 @@ class ModelPair:
     decode: Callable[[Sequence[int]], str]
     eos_id: Optional[int]
     pad_id: int = 0
+    mesh: Optional[jax.sharding.Mesh] = None  # where the params live (None: one device)
 
     @property
     def vocab_size(self) -> int:
         return self.target.vocab_size
 
 
-def _toy_pair() -> ModelPair:
+def _replicated(tree, mesh):
+    if mesh is None:
+        return tree
+    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    return jax.tree_util.tree_map(lambda x: jax.device_put(x, spec), tree)
+
+
+def _toy_pair(mesh=None) -> ModelPair:
     p, q = toy.markov_pair(TOY_VOCAB, tv=TOY_TV, concentration=1.0, seed=0)
     model = toy.markov_model(TOY_VOCAB)
 
@@ -68,11 +83,11 @@ def _toy_pair() -> ModelPair:
 
     return ModelPair(
         name=f"toy-markov{TOY_VOCAB}-tv{TOY_TV}",
-        target=model, target_params=toy.log_table(p),
-        draft=model, draft_params=toy.log_table(q),
+        target=model, target_params=_replicated(toy.log_table(p), mesh),
+        draft=model, draft_params=_replicated(toy.log_table(q), mesh),
         encode_prompt=encode, encode_text=encode,
         decode=lambda ids: " ".join(str(int(i)) for i in ids),
-        eos_id=None,
+        eos_id=None, mesh=mesh,
     )
 
 
@@ -95,7 +110,7 @@ def _tokenizer_codecs(tokenizer, chat: bool):
     return encode_prompt, encode_text, decode
 
 
-def _checkpoint_pair(target, draft, name: str) -> ModelPair:
+def _checkpoint_pair(target, draft, name: str, mesh=None) -> ModelPair:
     from wmspec_jax.models import hf
 
     tokenizer = target.tokenizer
@@ -109,20 +124,36 @@ def _checkpoint_pair(target, draft, name: str) -> ModelPair:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
     return ModelPair(
         name=name,
-        target=target.language_model(), target_params=target.params,
-        draft=draft.language_model(), draft_params=draft.params,
+        target=target.language_model(mesh), target_params=_placed(target, mesh),
+        draft=draft.language_model(mesh), draft_params=_placed(draft, mesh),
         encode_prompt=encode_prompt, encode_text=encode_text, decode=decode,
-        eos_id=None if eos is None else int(eos), pad_id=int(pad),
+        eos_id=None if eos is None else int(eos), pad_id=int(pad), mesh=mesh,
     )
 
 
-def load_pair(target: str, draft: str, dtype: str = "float32") -> ModelPair:
+def _placed(checkpoint, mesh):
+    """A checkpoint's params in the tensor-parallel layout on ``mesh`` (as loaded when ``mesh`` is None).
+
+    Placing an already placed array with the same sharding is a no-op, so
+    checkpoints read with ``mesh=`` are not copied.
+    """
+    if mesh is None:
+        return checkpoint.params
+    from wmspec_jax import sharding
+
+    return sharding.shard_params(checkpoint.params, checkpoint.config, mesh)
+
+
+def load_pair(target: str, draft: str, dtype: str = "float32",
+              mesh: Optional[jax.sharding.Mesh] = None) -> ModelPair:
     """Resolves ``--target`` / ``--draft`` (module doc) into a :class:`ModelPair`.
 
     Args:
       target, draft: ``"builtin"``, ``"toy"`` (both the same) or local
         checkpoint directories.
       dtype: params dtype for checkpoints (``float32`` or ``bfloat16``).
+      mesh: a ``data`` x ``model`` mesh (:func:`wmspec_jax.sharding.make_mesh`)
+        to place the pair on (module doc); None keeps one device.
 
     Raises:
       ValueError: ``builtin``/``toy`` on one side only, or an unknown dtype.
@@ -136,16 +167,16 @@ def load_pair(target: str, draft: str, dtype: str = "float32") -> ModelPair:
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
     if target == TOY:
-        return _toy_pair()
+        return _toy_pair(mesh)
     if target == BUILTIN:
         from wmspec_jax.models import builtin
 
         t, d = builtin.load_builtin_pair(jnp.dtype(dtype))
-        return _checkpoint_pair(t, d, name="builtin-smollm2-135m")
+        return _checkpoint_pair(t, d, name="builtin-smollm2-135m", mesh=mesh)
     from wmspec_jax.models import hf
 
-    t, d = hf.load_pair(target, draft, dtype=jnp.dtype(dtype))
-    return _checkpoint_pair(t, d, name=f"{t.name}+{d.name}")
+    t, d = hf.load_pair(target, draft, dtype=jnp.dtype(dtype), mesh=mesh)
+    return _checkpoint_pair(t, d, name=f"{t.name}+{d.name}", mesh=mesh)
 
 
 def check_pair_spec(target: str, draft: str, dtype: str = "float32") -> None:

@@ -144,22 +144,27 @@ class DirectoryLock:
       OutputDirLocked: another process holds the directory.
     """
 
-    def __init__(self, directory):
+    def __init__(self, directory, name: str = LOCK_NAME):
         self.directory = os.path.realpath(os.fspath(directory))
+        self.name = name
         os.makedirs(self.directory, exist_ok=True)
         self._released = False
         with _held_guard:
-            held = _held_locks.get(self.directory)
+            held = _held_locks.get(self._key)
             if held is not None:  # re-entrant within this process
                 held[1] += 1
                 return
-            _held_locks[self.directory] = [self._acquire(), 1]
+            _held_locks[self._key] = [self._acquire(), 1]
+
+    @property
+    def _key(self):
+        return self.directory, self.name
 
     def _acquire(self):
         if fcntl is None:  # pragma: no cover
             warnings.warn(f"no fcntl on this platform: {self.directory} is not locked against a second writer")
             return None
-        path = os.path.join(self.directory, LOCK_NAME)
+        path = os.path.join(self.directory, self.name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -178,12 +183,12 @@ class DirectoryLock:
             return
         self._released = True
         with _held_guard:
-            held = _held_locks.get(self.directory)
+            held = _held_locks.get(self._key)
             if held is None:
                 return
             held[1] -= 1
             if held[1] == 0:
-                del _held_locks[self.directory]
+                del _held_locks[self._key]
                 if held[0] is not None:
                     fcntl.flock(held[0], fcntl.LOCK_UN)
                     os.close(held[0])
@@ -214,6 +219,8 @@ class JsonlStore:
       lock: hold the :class:`DirectoryLock` of the file's directory while the
         store is open (default), so a second process cannot interleave
         appends.
+      lock_name: the lock file's name (a multi-process run locks one per
+        process: :func:`wmspec_jax.sharding.process_shard_name`).
 
     Attributes:
       records: id -> record (the last valid record of each id: a re-added
@@ -221,16 +228,18 @@ class JsonlStore:
       bad_lines: 1-based numbers of the lines skipped on load (kept in the file).
       torn_bytes: size of the torn last line cut off on load (0 if none).
       duplicates: number of valid lines whose id was already loaded.
+      noted: ids known through :meth:`note` and not in this file.
     """
 
-    def __init__(self, path, *, lock: bool = True):
+    def __init__(self, path, *, lock: bool = True, lock_name: str = LOCK_NAME):
         self.path = pathlib.Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = DirectoryLock(self.path.parent) if lock else None
+        self._lock = DirectoryLock(self.path.parent, lock_name) if lock else None
         self.records: dict[str, dict] = {}
         self.bad_lines: list[int] = []
         self.torn_bytes = 0
         self.duplicates = 0
+        self.noted: set[str] = set()
         if self.path.exists():
             self._load()
 
@@ -288,6 +297,15 @@ class JsonlStore:
             os.fsync(f.fileno())
         for rec in records:
             self.records[str(rec["id"])] = rec
+            self.noted.discard(str(rec["id"]))
+
+    def note(self, records: Iterable[dict]) -> None:
+        """Knows records without writing them: another process's shard of a
+        multi-process run (they are in its file). Resume decisions then agree
+        across processes."""
+        for rec in records:
+            self.records[str(rec["id"])] = rec
+            self.noted.add(str(rec["id"]))
 
     def values(self) -> list[dict]:
         return list(self.records.values())

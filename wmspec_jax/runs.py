@@ -16,6 +16,15 @@ stopped, and a text's tokens do not depend on which batch it landed in:
 * the last partial batch is padded to the batch size (static shapes: no
   recompilation) and the padding rows are dropped.
 
+Under a mesh (``pair.mesh``, the experiments' ``--mesh``) each batch is split
+over its ``data`` axis (:func:`wmspec_jax.sharding.shard_batch`); the tokens
+do not change (``tests/test_sharding.py``). When several processes run one
+experiment (multi-host, :func:`wmspec_jax.sharding.maybe_initialize_distributed`)
+every process knows every record, so all of them take the same resume
+decisions, but each writes only the rows its devices hold, to its own file
+``generations.<process_index>.jsonl`` (:func:`open_generations`);
+:func:`merge_generations` appends them to ``generations.jsonl`` at the end.
+
 Records hold what Tables 1-2 and Fig. 2 need: the generated ids, their
 sources (draft / residual / target), steps, tokens per step (AATPS), the
 log-perplexity of the text under the target at temperature 1 (LOGPPL), and
@@ -27,6 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import glob
+import os
 import time
 import warnings
 import zlib
@@ -36,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, keys, prf, speculative
+from wmspec_jax import decoders, keys, prf, results, sharding, speculative
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.results import JsonlStore, Progress
 
@@ -176,6 +187,10 @@ def generate_run(
     prompts = np.asarray(prompts, np.int32)
     prompt_lengths = np.asarray(prompt_lengths, np.int32)
     n = prompts.shape[0]
+    mesh = getattr(pair, "mesh", None)
+    if mesh is not None and batch_size % mesh.shape[sharding.DATA]:
+        raise ValueError(f"batch_size={batch_size} must be a multiple of the mesh's data axis "
+                         f"({mesh.shape[sharding.DATA]}): each device holds the same number of rows")
     todo = [i for i in range(n) if not _is_complete(store, run, i)]
     if todo:
         config = run.config(max_new_tokens, eos_id=eos_id, pad_id=pair.pad_id, top_k=top_k)
@@ -185,8 +200,11 @@ def generate_run(
         for start in range(0, len(todo), batch_size):
             idx = todo[start : start + batch_size]
             padded = idx + [idx[-1]] * (batch_size - len(idx))
-            args = (pair.target, pair.target_params, prompts[padded], prompt_lengths[padded],
-                    keys.text_keys(secret, padded, run=run.name), text_rngs(seed, run.name, padded), config)
+            batch = (prompts[padded], prompt_lengths[padded], keys.text_keys(secret, padded, run=run.name),
+                     text_rngs(seed, run.name, padded))
+            if mesh is not None:
+                batch = sharding.shard_batch(batch, mesh)
+            args = (pair.target, pair.target_params, *batch, config)
             if not compiled:
                 t0 = time.perf_counter()
                 speculative.precompile(*args, draft=draft[0], draft_params=draft[1])
@@ -196,12 +214,13 @@ def generate_run(
             res = speculative.generate(*args, draft=draft[0], draft_params=draft[1])
             jax.block_until_ready(res.tokens)
             seconds = time.perf_counter() - t0
-            tokens, source = np.asarray(res.tokens), np.asarray(res.source)
-            plen, length, steps = (np.asarray(res.prompt_lengths), np.asarray(res.lengths),
-                                   np.asarray(res.num_steps))
-            ppl = log_perplexity(pair.target, pair.target_params, tokens, plen, length)
+            tokens, source, plen, length, steps = (_host(x) for x in (
+                res.tokens, res.source, res.prompt_lengths, res.lengths, res.num_steps))
+            ppl = _host(_log_perplexity(pair.target, pair.target_params, res.tokens, res.prompt_lengths,
+                                        res.lengths)).astype(np.float64)
             new_tokens = int(np.sum(length - plen))
-            records = []
+            own_rows = set(sharding.local_rows(res.lengths)[0].tolist())
+            records, own = [], []
             for row, i in enumerate(idx):
                 p, e = int(plen[row]), int(length[row])
                 records.append({
@@ -211,6 +230,61 @@ def generate_run(
                     "logppl": float(ppl[row]), "batch_seconds": seconds, "batch_tokens": new_tokens,
                     "batch": int(idx[0]), "batch_rows": len(padded),
                 })
-            store.add(records)
+                own.append(row in own_rows)
+            store.add([r for r, mine in zip(records, own) if mine])
+            store.note([r for r, mine in zip(records, own) if not mine])
             progress.update(len(idx))
     return [store.records[record_id(run, i)] for i in range(n)]
+
+
+def _host(x: jax.Array) -> np.ndarray:
+    """The whole of a (possibly multi-process) array on this host."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+GENERATIONS = "generations.jsonl"
+
+
+def open_generations(output_dir: str, process_index: Optional[int] = None,
+                     process_count: Optional[int] = None) -> JsonlStore:
+    """The record store this process writes in ``output_dir`` (module doc).
+
+    One process: ``generations.jsonl`` under the directory lock. Several:
+    ``generations.<process_index>.jsonl`` under that process's own lock file.
+    Either way the store also knows (:meth:`JsonlStore.note`) the records of
+    every other ``generations*.jsonl`` in the directory, so a resumed run,
+    single- or multi-process, regenerates nothing that any process wrote.
+    """
+    name = sharding.process_shard_name(GENERATIONS, process_index, process_count)
+    lock = sharding.process_shard_name(results.LOCK_NAME, process_index, process_count)
+    store = JsonlStore(os.path.join(output_dir, name), lock_name=lock)
+    for path in sorted(glob.glob(os.path.join(glob.escape(output_dir), "generations*.jsonl"))):
+        if os.path.basename(path) != name:
+            other = JsonlStore(path, lock=False)
+            store.note(rec for key, rec in other.records.items() if key not in store.records)
+    return store
+
+
+def merge_generations(store: JsonlStore, output_dir: str) -> int:
+    """Appends to ``output_dir/generations.jsonl`` every record ``store`` knows that the file lacks
+    (the other processes' shards, or an earlier multi-process run's); returns how many.
+
+    Call it from one process (index 0) after all have finished. Appending
+    (never rewriting) keeps whatever the file holds, including lines it
+    could not read; the shard files stay as they are.
+    """
+    path = os.path.join(output_dir, GENERATIONS)
+    if os.path.realpath(path) == os.path.realpath(store.path):
+        missing = [store.records[key] for key in sorted(store.noted)]
+        target = store
+    else:
+        target = JsonlStore(path, lock=False)
+        missing = [rec for key, rec in sorted(store.records.items()) if key not in target.records]
+    if missing:
+        target.add(missing)
+    return len(missing)
+
