@@ -141,6 +141,16 @@ def _is_complete(store: JsonlStore, run: RunSpec, index: int) -> bool:
             and rec["index"] == index and len(rec["tokens"]) == len(rec["source"]))
 
 
+def pending_indices(store: JsonlStore, run: RunSpec, num_texts: int) -> list[int]:
+    """The text indices of ``run`` this process generates: those of ``range(num_texts)`` without a
+    complete record in ``store``.
+
+    The one place that decides which rows a process writes (a multi-process
+    run would split them here).
+    """
+    return [i for i in range(num_texts) if not _is_complete(store, run, i)]
+
+
 def generate_run(
     run: RunSpec,
     pair,
@@ -176,7 +186,7 @@ def generate_run(
     prompts = np.asarray(prompts, np.int32)
     prompt_lengths = np.asarray(prompt_lengths, np.int32)
     n = prompts.shape[0]
-    todo = [i for i in range(n) if not _is_complete(store, run, i)]
+    todo = pending_indices(store, run, n)
     if todo:
         config = run.config(max_new_tokens, eos_id=eos_id, pad_id=pair.pad_id, top_k=top_k)
         draft = (pair.draft, pair.draft_params) if config.spec.speculative else (None, None)
