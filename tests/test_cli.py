@@ -233,6 +233,5 @@ def test_python_m_wmspec_jax_detect(generated, secret_file):
     assert proc.returncode == 0, proc.stderr
     res = lines(proc.stdout)
     assert len(res) == NUM_TEXTS and SECRET not in proc.stdout + proc.stderr
-    proc = subprocess.run([sys.executable, "-m", "wmspec_jax.detect", "--help"], capture_output=True, text=True,
-                          env=env, timeout=120)
-    assert proc.returncode == 0 and "--detector" in proc.stdout and "ars-prior" in proc.stdout
+    rc, stdout, _ = call(cli_detect, ["--help"])  # the same code path as the module's, without a second process
+    assert rc == 0 and "--detector" in stdout and "ars-prior" in stdout

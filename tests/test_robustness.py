@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -76,6 +77,7 @@ def test_the_script_resumes_and_validates_its_flags(run, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "robustness: 0 of 20 cells to compute" in proc.stdout and "identical TPR" in proc.stdout
     assert "compiled" not in proc.stdout  # nothing generated either
+    assert "reusing detection.json" in proc.stdout  # nor the detectors fitted again
     assert open(os.path.join(out, robustness.CELLS), "rb").read() == cells
     again = json.load(open(os.path.join(out, "robustness.json")))
     assert again["cells"] == json.loads(json.dumps(summary["cells"]))
@@ -86,6 +88,20 @@ def test_the_script_resumes_and_validates_its_flags(run, tmp_path):
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0 and message in proc.stderr, (bad, proc.stderr[-2000:])
         assert not (tmp_path / "x").exists()
+
+
+def test_detection_is_reused_only_with_the_same_settings_and_detectors(run, tmp_path):
+    out, _ = run
+    pair = types.SimpleNamespace(name=json.load(open(os.path.join(out, "detection.json")))["pair"])
+    session = lambda s, d=out: types.SimpleNamespace(output_dir=d, settings=s, pair=pair)  # noqa: E731
+    assert robustness.saved_detection(session(SMALL)) is not None
+    other = experiment.Settings(**{**{f: getattr(SMALL, f) for f in SMALL.__dataclass_fields__}, "num_resamples": 60})
+    assert robustness.saved_detection(session(other)) is None
+    assert robustness.saved_detection(session(SMALL, str(tmp_path))) is None
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "detection.json").write_bytes(open(os.path.join(out, "detection.json"), "rb").read())
+    assert robustness.saved_detection(session(SMALL, str(copy))) is None  # no saved detectors
 
 
 def test_edit_texts_keeps_the_prompt_and_carries_sources():

@@ -129,7 +129,7 @@ def test_ars_prior_with_per_text_keys_is_batch_invariant():
     st = det.gumbel_statistics(toks, k, vocab_size=V, lengths=lengths)
     d = det.ArsPrior(st.provenance, 0.4)
     full = d.score(st, rng=det.text_rngs(7, range(6)))
-    for i in range(6):
+    for i in (1, 4):  # each shape compiles anew: two texts shorter than the batch width
         alone = det.gumbel_statistics(toks[i:i + 1, : lengths[i]], k[i:i + 1], vocab_size=V)
         one = d.score(alone, rng=det.text_rngs(7, [i]))
         assert float(one.log_pvalue[0]) == float(full.log_pvalue[i])

@@ -35,7 +35,9 @@ thresholded on negatives of other sets there — human answers that reach the
 length — and on the edited model negatives here, so they are not compared.)
 
 Resumable: each (decoder, edit, rate) cell is one record of
-``robustness_cells.jsonl``; a rerun computes only missing cells. Outputs
+``robustness_cells.jsonl``; a rerun computes only missing cells, and reuses
+``detection.json`` and the saved detectors when they were made with the same
+settings, secret fingerprint and pair (:func:`saved_detection`). Outputs
 (atomic): ``robustness.json``, ``robustness.csv``, ``robustness.md``,
 ``robustness.png`` (TPR vs edit rate) and ``robustness_streams.png``.
 """
@@ -43,6 +45,7 @@ Resumable: each (decoder, edit, rate) cell is one record of
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import zlib
 from typing import Sequence
@@ -262,7 +265,11 @@ def run_robustness(session: Session, rs: RobustnessSettings = RobustnessSettings
     s, pair = session.settings, session.pair
     out_dir = session.output_dir
     if detection is None:
-        detection = run_detection(session)
+        detection = saved_detection(session)
+        if detection is None:
+            detection = run_detection(session)
+        else:
+            log("robustness: reusing detection.json and the detectors it saved (same settings and secret)")
     detector_dir = os.path.join(out_dir, DETECTORS_DIR)
     store = results.JsonlStore(os.path.join(out_dir, CELLS))
     pool = human_pool(session) if "mix" in rs.edits else None
@@ -314,6 +321,22 @@ def run_robustness(session: Session, rs: RobustnessSettings = RobustnessSettings
     plot_robustness(summary, os.path.join(out_dir, "robustness.png"))
     plot_streams(summary, os.path.join(out_dir, "robustness_streams.png"))
     return summary
+
+
+def saved_detection(session: Session):
+    """The session directory's ``detection.json`` if a detection run with the same settings (and secret
+    fingerprint) and pair wrote it together with every fitted detector; None otherwise (run it again)."""
+    out_dir = session.output_dir
+    try:
+        with open(os.path.join(out_dir, "detection.json")) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        return None
+    same = (isinstance(saved, dict) and saved.get("pair") == session.pair.name
+            and saved.get("settings") == json.loads(json.dumps(session.settings.public())))
+    files = [os.path.join(out_dir, DETECTORS_DIR, f"{name}.npz") for names in evaluation.SAVED.values()
+             for name in names.values()]
+    return saved if same and all(os.path.exists(f) for f in files) else None
 
 
 def _fingerprint(s: Settings, rs: RobustnessSettings) -> dict:
@@ -388,4 +411,4 @@ def robustness_markdown(summary: dict) -> str:
 
 
 __all__ = ["RobustnessSettings", "basic_run", "cell_id", "csv_rows", "edit_texts", "human_pool",
-           "robustness_markdown", "run_robustness", "score_cell", "stream_evidence", "zero_edit_check"]
+           "robustness_markdown", "run_robustness", "saved_detection", "score_cell", "stream_evidence", "zero_edit_check"]
