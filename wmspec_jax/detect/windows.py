@@ -15,12 +15,13 @@ set and reports the best one, corrected for the number of windows tried:
   (:class:`.common.TokenTerms`) is Gamma(k, 1) (Gumbel detectors choosing a
   stream without looking at the y's) or Binomial(k m', ½) (SynthID mean
   test) for the window's k scored tokens.
-* **Correction.** Bonferroni: p = min(1, W · min_window p_window), W the
-  number of windows of that text. Under H0 every window's p-value is exact,
-  so P(p ≤ α) ≤ Σ_w P(p_w ≤ α / W) = α: calibrated whatever the dependence
+* **Correction.** Bonferroni: p = min(1, W · min_w p_w), W the number of
+  windows of that text. Under H0 every window's p-value is exact, so
+  P(p ≤ α) ≤ Σ_w P(p_w ≤ α / W) = α: calibrated whatever the dependence
   between overlapping windows. It is conservative (overlapping windows are
-  positively correlated; the measured FPR is in ``docs/detection.md``), the
-  price of a guarantee that needs no simulation.
+  positively correlated; the measured FPR is in the README, "Partly
+  watermarked texts"), the price of a guarantee that needs no simulation.
+  Beyond the paper, which scores whole texts only.
 
 The best window's location ``[start, end)`` (token positions, as the
 statistics') is reported with its own uncorrected p-value.
