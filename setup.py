@@ -20,6 +20,12 @@ setup(
     packages=find_packages(include=["wmspec_jax", "wmspec_jax.*"]),
     package_data={"wmspec_jax": ["assets/*", "assets/**/*"]},
     include_package_data=True,
+    entry_points={
+        "console_scripts": [
+            "wmspec-generate=wmspec_jax.cli.generate:main",
+            "wmspec-detect=wmspec_jax.cli.detect:main",
+        ],
+    },
     install_requires=[
         "jax>=0.4.35",
         "flax>=0.10",

@@ -25,19 +25,20 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wmspec_jax import pipeline  # noqa: E402
+from wmspec_jax import experiment  # noqa: E402
+from wmspec_jax.cli import flags as script_flags  # noqa: E402
 
-pipeline.define_flags()
+script_flags.define_flags()
 flags.DEFINE_string("output_dir", "results/detection", "where outputs go")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    settings = pipeline.settings_from_flags()
-    with pipeline.Session(settings, flags.FLAGS.output_dir, parts=("detection",)) as session:
-        out = pipeline.run_detection(session)
-    print(pipeline.detection_markdown(out))
+    settings = script_flags.settings_from_flags()
+    with experiment.Session(settings, flags.FLAGS.output_dir, parts=("detection",)) as session:
+        out = experiment.run_detection(session)
+    print(experiment.detection_markdown(out))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ r"""The main job: every experiment of the paper, from one command.
 1. Trade-off curves (Fig. 1, ``experiments/tradeoff_curves.py``) -> ``tradeoff/``.
 2. Tables 1-2: AATPS / PTT / LOGPPL of basic watermarks, standard
    speculative sampling and Alg. 1 for K in ``--lookaheads``
-   (``wmspec_jax.pipeline.run_speculative``) -> ``speculative.*``, ``aatps.png``.
+   (``wmspec_jax.experiment.run_speculative``) -> ``speculative.*``, ``aatps.png``.
 3. Fig. 2 / Fig. 5: TPR at 1 % FPR vs length and ROC curves for the Gumbel-max
    and SynthID detectors (``run_detection``) -> ``detection.*``,
    ``tpr_vs_length.png``, ``roc.png``.
@@ -40,13 +40,14 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wmspec_jax import pipeline, results  # noqa: E402
+from wmspec_jax import experiment, results  # noqa: E402
+from wmspec_jax.cli import flags as script_flags  # noqa: E402
 
 PARTS = ("tradeoff", "speculative", "detection")
 
 PRESETS = {  # settings, Monte Carlo samples of the curves, whether the public demo secret is allowed
-    "quick": (pipeline.Settings(), 200_000, True),
-    "paper": (pipeline.Settings(
+    "quick": (experiment.Settings(), 200_000, True),
+    "paper": (experiment.Settings(
         num_prompts=1000, num_detection_texts=2000, max_new_tokens=200, max_prompt_tokens=256, batch_size=32,
         tpr_lengths=(25, 50, 75, 100, 125, 150, 175, 200)), 10_000_000, False),
 }
@@ -55,7 +56,7 @@ flags.DEFINE_enum("preset", "quick", list(PRESETS), "size of the run (module doc
 flags.DEFINE_string("output_dir", None, "where outputs go (default: results/<preset>)")
 flags.DEFINE_integer("tradeoff_samples", None, "Monte Carlo samples of the trade-off curves (default: preset)")
 flags.DEFINE_list("skip", [], "parts to skip: tradeoff, speculative, detection")
-pipeline.define_flags(required_defaults=False)
+script_flags.define_flags(required_defaults=False)
 FLAGS = flags.FLAGS
 
 
@@ -66,14 +67,14 @@ def main(argv):
     if unknown:
         raise app.UsageError(f"--skip: unknown parts {sorted(unknown)}")
     base, samples, allow_demo = PRESETS[FLAGS.preset]
-    settings = pipeline.settings_from_flags(base, allow_demo_secret=allow_demo)
+    settings = script_flags.settings_from_flags(base, allow_demo_secret=allow_demo)
     if FLAGS.tradeoff_samples is not None and FLAGS.tradeoff_samples < 1:
         raise app.UsageError(f"--tradeoff_samples must be >= 1, got {FLAGS.tradeoff_samples}")
     samples = FLAGS.tradeoff_samples or samples
     model_parts = [p for p in ("speculative", "detection") if p not in FLAGS.skip]
     if model_parts:  # dataset, prompt count and model paths: fail now, not after the first stage
         try:
-            pipeline.preflight(settings, model_parts)
+            experiment.preflight(settings, model_parts)
         except (ValueError, FileNotFoundError) as e:
             raise app.UsageError(str(e)) from None
     out = FLAGS.output_dir or os.path.join("results", FLAGS.preset)
@@ -81,7 +82,7 @@ def main(argv):
     timings, t_all = {}, time.perf_counter()
 
     if "tradeoff" not in FLAGS.skip:
-        pipeline.log(f"[1/3] trade-off curves ({samples:,} samples per estimate)")
+        experiment.log(f"[1/3] trade-off curves ({samples:,} samples per estimate)")
         t0 = time.perf_counter()
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tradeoff_curves.py")
         subprocess.run([sys.executable, script, f"--num_samples={samples}",
@@ -92,23 +93,23 @@ def main(argv):
     checks = {}
     session = None
     if model_parts:
-        session = pipeline.Session(settings, out, parts=model_parts)
+        session = experiment.Session(settings, out, parts=model_parts)
         summary_md += [f"Pair: `{session.pair.name}`; prompts: `{settings.dataset}`; "
                        f"{settings.max_new_tokens} new tokens per text.", ""]
     if "speculative" not in FLAGS.skip:
-        pipeline.log("[2/3] speculative sampling: AATPS, PTT, LOGPPL (Tables 1-2)")
+        experiment.log("[2/3] speculative sampling: AATPS, PTT, LOGPPL (Tables 1-2)")
         t0 = time.perf_counter()
-        spec = pipeline.run_speculative(session)
+        spec = experiment.run_speculative(session)
         timings["speculative_seconds"] = time.perf_counter() - t0
         checks.update(spec["checks"])
         summary_md += ["## Tables 1-2: efficiency and unbiasedness (mean ± 95% CI)", "",
-                       pipeline.speculative_markdown(spec["rows"]), ""]
+                       experiment.speculative_markdown(spec["rows"]), ""]
     if "detection" not in FLAGS.skip:
-        pipeline.log("[3/3] detection: TPR at 1% FPR vs length, ROC (Figs. 2 and 5)")
+        experiment.log("[3/3] detection: TPR at 1% FPR vs length, ROC (Figs. 2 and 5)")
         t0 = time.perf_counter()
-        det = pipeline.run_detection(session)
+        det = experiment.run_detection(session)
         timings["detection_seconds"] = time.perf_counter() - t0
-        summary_md += ["## Fig. 2: TPR at 1% FPR (95% bootstrap CI)", "", pipeline.detection_markdown(det), ""]
+        summary_md += ["## Fig. 2: TPR at 1% FPR (95% bootstrap CI)", "", experiment.detection_markdown(det), ""]
     timings["total_seconds"] = time.perf_counter() - t_all
     results.atomic_write_text(os.path.join(out, "summary.md"), "\n".join(summary_md))
     files = sorted(f for f in os.listdir(out) if os.path.isfile(os.path.join(out, f)) and not f.startswith(".")) + ["summary.json"]
@@ -119,7 +120,7 @@ def main(argv):
     if session is not None:
         session.close()
     lock.release()
-    pipeline.log(f"done in {timings['total_seconds']:.0f}s; outputs in {out}")
+    experiment.log(f"done in {timings['total_seconds']:.0f}s; outputs in {out}")
 
 
 if __name__ == "__main__":

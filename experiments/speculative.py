@@ -13,7 +13,7 @@ rerunning with the same flags only generates what is missing.
 The watermark secret comes from ``$WMSPEC_SECRET`` (or ``--secret_env`` /
 ``--secret_file``); without one the public demo secret is used, with a
 warning. Every flag is validated before any work; one process at a time may
-write an output directory. Flags: ``wmspec_jax.pipeline.FLAG_HELP``
+write an output directory. Flags: ``wmspec_jax.cli.flags.FLAG_HELP``
 (``--helpfull``).
 """
 
@@ -24,19 +24,20 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wmspec_jax import pipeline  # noqa: E402
+from wmspec_jax import experiment  # noqa: E402
+from wmspec_jax.cli import flags as script_flags  # noqa: E402
 
-pipeline.define_flags()
+script_flags.define_flags()
 flags.DEFINE_string("output_dir", "results/speculative", "where outputs go")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    settings = pipeline.settings_from_flags()
-    with pipeline.Session(settings, flags.FLAGS.output_dir, parts=("speculative",)) as session:
-        summary = pipeline.run_speculative(session)
-    print(pipeline.speculative_markdown(summary["rows"]))
+    settings = script_flags.settings_from_flags()
+    with experiment.Session(settings, flags.FLAGS.output_dir, parts=("speculative",)) as session:
+        summary = experiment.run_speculative(session)
+    print(experiment.speculative_markdown(summary["rows"]))
 
 
 if __name__ == "__main__":

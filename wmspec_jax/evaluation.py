@@ -161,9 +161,67 @@ def _fpr_estimate(flags) -> dict:
             **(_estimate(est) if est else {"value": float("nan"), "lower": float("nan"), "upper": float("nan")})}
 
 
-def _save(save_dir, name: str, detector) -> None:
+# ---------------------------------------------------------------------------
+# The detector sets of the experiments (one registry: wmspec_jax.detect.registry)
+# ---------------------------------------------------------------------------
+
+SAVED = {
+    "gumbel": {"Ars-tau": "gumbel-ars-tau", "Ars-Prior": "gumbel-ars-prior", "soft (ours)": "gumbel-soft"},
+    "synthid": {"Bayes-Prior": "synthid-bayes-prior", "Bayes-MLP": "synthid-bayes-mlp", "Oracle": "synthid-oracle"},
+}
+"""Fitted detectors of each decoder: label -> file name under ``<output_dir>/detectors/``."""
+
+KEY_ONLY = {
+    "gumbel": {"Oracle": "oracle", "single (target stream)": "single"},
+    "synthid": {"mean (both streams)": "synthid-mean"},
+}
+"""Detectors of each decoder built from the settings alone: label -> registry name."""
+
+LABELS = {
+    "gumbel": ("Ars-tau", "Ars-Prior", "Oracle", "single (target stream)", "soft (ours)"),
+    "synthid": ("Bayes-Prior", "Bayes-MLP", "Oracle", "mean (both streams)"),
+}
+"""The order in which tables and figures list each decoder's detectors."""
+
+
+def complete_set(decoder: str, fitted: dict, provenance, extra: Optional[dict] = None) -> dict:
+    """label -> detector: the fitted ones plus the key-only ones of :data:`KEY_ONLY` (and ``extra``:
+    label -> registry name), built for ``provenance`` (:func:`wmspec_jax.detect.make`)."""
+    missing = set(SAVED[decoder]) - set(fitted)
+    if missing:
+        raise ValueError(f"fitted {decoder} detectors missing: {sorted(missing)}")
+    built = {label: detect.make(name, provenance) for label, name in {**KEY_ONLY[decoder], **(extra or {})}.items()}
+    merged = {**fitted, **built}
+    order = list(LABELS[decoder]) + [k for k in merged if k not in LABELS[decoder]]
+    return {label: merged[label] for label in order}
+
+
+def load_set(decoder: str, directory: str, provenance, extra: Optional[dict] = None) -> dict:
+    """The detector set of a decoder from the files a detection run saved (:data:`SAVED`) + the key-only ones."""
+    fitted = {}
+    for label, name in SAVED[decoder].items():
+        path = os.path.join(directory, f"{name}.npz")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path}: run the detection experiment first (it saves the fitted detectors)")
+        fitted[label] = detect.load_detector(path)
+    return complete_set(decoder, fitted, provenance, extra)
+
+
+def score_set(detectors: dict, stats, texts: dict, seed: int) -> dict:
+    """label -> :class:`wmspec_jax.detect.Scores` of every detector of a set on one batch.
+
+    The Oracles get the texts' sources; Ars-Prior one ``jax.random`` key per
+    text index (:func:`wmspec_jax.detect.text_rngs`), so a text's score does
+    not depend on its batch (nor on padding or truncation).
+    """
+    rngs = detect.text_rngs(seed, texts["indices"])
+    return {label: d.score(stats, source=texts["source"], rng=rngs) for label, d in detectors.items()}
+
+
+def _save(save_dir, decoder: str, fitted: dict) -> None:
     if save_dir is not None:
-        detect.save_detector(os.path.join(save_dir, f"{name}.npz"), detector)
+        for label, d in fitted.items():
+            detect.save_detector(os.path.join(save_dir, f"{SAVED[decoder][label]}.npz"), d)
 
 
 # ---------------------------------------------------------------------------
@@ -175,6 +233,14 @@ def _gumbel_stats(texts, vocab_size, context_width):
     return detect.gumbel_statistics(texts["tokens"], texts["keys"], lengths=texts["lengths"],
                                     starts=texts["starts"], context_width=context_width,
                                     vocab_size=vocab_size)
+
+
+def fit_gumbel(train_pos: dict, train_stats) -> dict:
+    """The fitted Gumbel detectors (label -> detector) on the watermarked training texts."""
+    p_draft = detect.draft_fraction(train_pos["source"], np.asarray(train_stats.mask))
+    return {"Ars-tau": detect.fit_ars_tau(train_stats, target_fpr=ALPHA),
+            "Ars-Prior": detect.ars_prior_detector(p_draft, provenance=train_stats.provenance),
+            "soft (ours)": detect.fit_soft(train_stats, train_pos["source"])}
 
 
 def evaluate_gumbel(train_pos, test_pos, test_neg, *, lengths: Sequence[int], roc_length: int, vocab_size: int,
@@ -193,44 +259,35 @@ def evaluate_gumbel(train_pos, test_pos, test_neg, *, lengths: Sequence[int], ro
       save_dir: if given, the fitted detectors are saved there (key-free).
     """
     tr, tp, tn = (_gumbel_stats(t, vocab_size, context_width) for t in (train_pos, test_pos, test_neg))
-    tau = detect.fit_ars_tau(tr, target_fpr=ALPHA)
-    p_draft = detect.draft_fraction(train_pos["source"], np.asarray(tr.mask))
-    soft = detect.fit_soft(tr, train_pos["source"])
-    prior = detect.ars_prior_detector(p_draft, provenance=tr.provenance)
-    for name, d in (("gumbel-ars-tau", tau), ("gumbel-ars-prior", prior), ("gumbel-soft", soft)):
-        _save(save_dir, name, d)
+    fitted = fit_gumbel(train_pos, tr)
+    _save(save_dir, "gumbel", fitted)
+    detectors = complete_set("gumbel", fitted, tr.provenance)
     rng = jax.random.key(seed)
 
-    def score_all(stats, source):
-        return {
-            "Ars-tau": detect.score(tau, stats),
-            "Ars-Prior": detect.score(prior, stats, rng=jax.random.fold_in(rng, 1)),
-            "Oracle": detect.score_oracle(stats, source),
-            "single (target stream)": detect.score_single(stats),
-            "soft (ours)": detect.score(soft, stats),
-        }
+    def score_all(stats, texts):
+        return score_set(detectors, stats, texts, seed + 1)
 
     grid = _lengths_available(test_pos, lengths)
     curves = {}
     for i, length in enumerate(grid):
-        for name, sc in score_all(detect.truncate(tp, length), test_pos["source"]).items():
+        for name, sc in score_all(detect.truncate(tp, length), test_pos).items():
             est = metrics.bootstrap_tpr_at_alpha(np.asarray(sc.log_pvalue), ALPHA, jax.random.fold_in(rng, 100 + i),
                                                  num_resamples=num_resamples)
             curves.setdefault(name, []).append(_estimate(est))
     roc_len = min(roc_length, int(np.min(test_pos["lengths"] - test_pos["starts"])),
                   int(np.min(test_neg["lengths"] - test_neg["starts"])))
-    pos_s = score_all(detect.truncate(tp, roc_len), test_pos["source"])
-    neg_s = score_all(detect.truncate(tn, roc_len), test_neg["source"])
+    pos_s = score_all(detect.truncate(tp, roc_len), test_pos)
+    neg_s = score_all(detect.truncate(tn, roc_len), test_neg)
     fpr = {"model": {name: _fpr_estimate(np.asarray(v.log_pvalue) <= np.log(ALPHA)) for name, v in neg_s.items()}}
     if test_human is not None and len(test_human["indices"]):
         # p-values are calibrated at any length: each human text is scored on up to roc_len tokens
         hs = _gumbel_stats(test_human, vocab_size, context_width)
-        hum_s = score_all(detect.truncate(hs, roc_len), test_human["source"])
+        hum_s = score_all(detect.truncate(hs, roc_len), test_human)
         fpr["human"] = {name: _fpr_estimate(np.asarray(v.log_pvalue) <= np.log(ALPHA)) for name, v in hum_s.items()}
     roc = {name: _roc(np.asarray(detect.decision_scores(pos_s[name])), np.asarray(detect.decision_scores(neg_s[name])))
            for name in pos_s}
     return {"decoder": "gumbel", "lengths": grid, "tpr": curves, "roc_length": roc_len, "roc": roc,
-            "fpr_at_alpha": fpr, "tau": tau.config["tau"], "draft_fraction": p_draft,
+            "fpr_at_alpha": fpr, "tau": fitted["Ars-tau"].tau, "draft_fraction": fitted["Ars-Prior"].draft_fraction,
             "threshold": "p <= 0.01 (exact Gamma null)", "train_texts": len(train_pos["indices"]),
             "test_texts": len(test_pos["indices"]), "test_negatives": len(test_neg["indices"]),
             "test_human_negatives": 0 if test_human is None else len(test_human["indices"])}
@@ -281,7 +338,7 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
     n_fit = cut_p + cut_n
     tc = train_config or detect.TrainConfig(learning_rate=0.05, epochs=40, batch_size=min(64, n_fit),
                                             patience=8, l2_grid=(0.0, 1e-2), seed=seed)
-    detectors = {}
+    fitted = {}
     for label, mode in (("Bayes-Prior", "prior"), ("Bayes-MLP", "mlp"), ("Oracle", "oracle")):
         cfg = detect.BayesConfig(mode=mode, num_layers=num_layers, draft_fraction=p_draft,
                                  context_width=context_width, mixture=mixture)
@@ -291,13 +348,12 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
             if mode == "oracle":
                 kw = dict(positives_source=train_pos["source"][ip], negatives_source=sets["trn"]["source"][ineg])
             splits[name] = detect.make_dataset(detect.take(st["trp"], ip), detect.take(st["trn"], ineg), **kw)
-        detectors[label], _ = detect.train_bayes(cfg, splits["train"], splits["val"], tc)
-        _save(save_dir, "synthid-" + label.lower(), detectors[label])
+        fitted[label], _ = detect.train_bayes(cfg, splits["train"], splits["val"], tc)
+    _save(save_dir, "synthid", fitted)
+    detectors = complete_set("synthid", fitted, st["trp"].provenance)
 
     def score_all(texts, stats):
-        out = {name: detect.score(d, stats, source=texts["source"] if name == "Oracle" else None)
-               for name, d in detectors.items()}
-        out["mean (both streams)"] = detect.mean_test(detect.synthid.both_g(stats), stats.mask)
+        out = score_set(detectors, stats, texts, seed + 1)
         return {k: np.asarray(detect.decision_scores(v)) for k, v in out.items()}
 
     def negatives_at(which: str, length: int):
@@ -306,7 +362,8 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
         rows = _long_enough(texts, length)
         if rows.size == 0:
             return {}, 0
-        return score_all({"source": texts["source"][rows]}, detect.truncate(detect.take(stats, rows), length)), rows.size
+        return (score_all({"source": texts["source"][rows], "indices": texts["indices"][rows]},
+                          detect.truncate(detect.take(stats, rows), length)), rows.size)
 
     rng = jax.random.key(seed)
     shortest = int(np.min(test_pos["lengths"] - test_pos["starts"]))
@@ -347,7 +404,7 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
             "negatives": primary, "negatives_per_length": counts, "roc_length": roc_len, "roc": roc,
             "fpr_at_threshold": fpr, "draft_fraction": p_draft,
             "threshold": f"1% FPR on the {primary} test negatives with at least that many tokens",
-            "chosen_l2": {k: d.config.get("l2") for k, d in detectors.items()},
+            "chosen_l2": {k: d.info.get("l2") for k, d in fitted.items()},
             "train_texts": len(train_pos["indices"]), "test_texts": len(test_pos["indices"]),
             "test_negatives": len(test_neg["indices"]),
             "test_human_negatives": 0 if test_human is None else len(test_human["indices"])}

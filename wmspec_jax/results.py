@@ -206,6 +206,49 @@ class DirectoryLock:
             pass
 
 
+class FileLock:
+    """Exclusive lock of one output file (an ``fcntl.flock`` on the file itself, created if missing).
+
+    For tools that write a single file chosen by the user (``wmspec-generate
+    --output=PATH``): no lock file appears next to it. A second process is
+    refused with :class:`OutputDirLocked`; the kernel releases the lock when
+    the process dies.
+    """
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        parent = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(parent, exist_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
+        if fcntl is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(self._fd)
+                self._fd = None
+                raise OutputDirLocked(f"{self.path} is being written by another process; two writers would "
+                                      "interleave their records") from None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            if fcntl is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "FileLock":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
 # ---------------------------------------------------------------------------
 # Resumable JSONL records
 # ---------------------------------------------------------------------------
@@ -369,6 +412,6 @@ def batched(items: list, size: int) -> Iterator[list]:
 
 
 __all__ = [
-    "DirectoryLock", "JsonlStore", "OutputDirLocked", "Progress", "atomic_savefig", "atomic_savez", "atomic_write",
+    "DirectoryLock", "FileLock", "JsonlStore", "OutputDirLocked", "Progress", "atomic_savefig", "atomic_savez", "atomic_write",
     "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "batched", "mean_ci",
 ]

@@ -152,6 +152,18 @@ def _is_complete(store: JsonlStore, run: RunSpec, index: int) -> bool:
             and rec["index"] == index and len(rec["tokens"]) == len(rec["source"]))
 
 
+def pending_indices(store: JsonlStore, run: RunSpec, num_texts: int) -> list[int]:
+    """The text indices of ``run`` this process generates: those of ``range(num_texts)`` without a
+    complete record in ``store``.
+
+    Every process of a multi-process run gets the same list (each knows all
+    records, :func:`open_generations`), so all run the same batches; which
+    rows of a batch a process writes is decided by where they live
+    (:func:`generate_run`).
+    """
+    return [i for i in range(num_texts) if not _is_complete(store, run, i)]
+
+
 def generate_run(
     run: RunSpec,
     pair,
@@ -191,7 +203,7 @@ def generate_run(
     if mesh is not None and batch_size % mesh.shape[sharding.DATA]:
         raise ValueError(f"batch_size={batch_size} must be a multiple of the mesh's data axis "
                          f"({mesh.shape[sharding.DATA]}): each device holds the same number of rows")
-    todo = [i for i in range(n) if not _is_complete(store, run, i)]
+    todo = pending_indices(store, run, n)
     if todo:
         config = run.config(max_new_tokens, eos_id=eos_id, pad_id=pair.pad_id, top_k=top_k)
         draft = (pair.draft, pair.draft_params) if config.spec.speculative else (None, None)

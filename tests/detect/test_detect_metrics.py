@@ -112,7 +112,7 @@ def test_gumbel_detectors_save_and_load(tmp_path, toy_stats):
 
 
 def test_save_refuses_keys_and_load_checks_the_version(tmp_path):
-    bad = det.Detector("ars_prior", {"prf_version": prf.PRF_VERSION, "key": prf.WatermarkKey("s")}, {})
+    bad = det.ArsPrior(det.Provenance("gumbel"), 0.5, info={"key": prf.WatermarkKey("s")})
     with pytest.raises(TypeError, match="key material"):
         det.save_detector(tmp_path / "bad", bad)
     path = det.save_detector(tmp_path / "old", det.ars_prior_detector(0.5))

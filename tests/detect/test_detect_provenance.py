@@ -2,6 +2,7 @@
 clear error; saved detectors carry it and never any secret-derived material; bad inputs of the
 fitting functions are errors."""
 
+import dataclasses
 import json
 
 import jax
@@ -86,14 +87,13 @@ def test_saved_detectors_carry_provenance_and_no_key_material(tmp_path, texts):
     raw = open(path, "rb").read()
     for w in np.asarray(k).reshape(-1, 2):  # no stream key words (as bytes) in the archive
         assert w.astype("<u4").tobytes() not in raw
-    base = dict(tau.config)
     for bad in (SECRET, k, prf.WatermarkKey("s"), b"secret-bytes", np.asarray(k), jnp.asarray(np.asarray(k)),
                 jax.random.key(0), [1, keys.Secret("in-a-list")]):
         with pytest.raises(TypeError, match="key|not JSON"):
-            det.save_detector(tmp_path / "bad", det.Detector("ars_tau", {**base, "extra": bad}, {}))
+            det.save_detector(tmp_path / "bad", dataclasses.replace(tau, info={"extra": bad}))
     for bad in (np.asarray(k), jax.random.key(0), np.array([1, 2], np.uint32)):
         with pytest.raises(TypeError, match="key"):
-            det.save_detector(tmp_path / "bad", det.Detector("ars_tau", base, {"w": bad}))
+            det.save_detector(tmp_path / "bad", dataclasses.replace(tau, taus=bad))
     assert not list(tmp_path.glob("bad*"))  # nothing written, not even a temporary file
 
 

@@ -110,7 +110,7 @@ def test_bad_inputs_give_clear_errors():
         det.gumbel_statistics(ok, "k", starts=[9], **v)
     with pytest.raises(ValueError, match="per-text stream keys"):
         det.gumbel_statistics(np.vstack([ok, ok]), prf.stream_keys(["a", "b", "c"]), **v)
-    with pytest.raises(TypeError, match="watermark key"):
+    with pytest.raises(TypeError, match="watermark (key|secret)"):
         det.gumbel_statistics(ok, 1.5, **v)
     with pytest.raises(ValueError, match="layers"):
         det.synthid_statistics(ok, "k", 0, **v)

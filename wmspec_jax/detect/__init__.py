@@ -8,22 +8,35 @@ Pipeline (see ``docs/detection.md``):
    (identical to generation). No model, no logits. Pass the keys generation
    used (:func:`wmspec_jax.keys.text_keys`); the statistics carry their
    :class:`Provenance` (settings + key fingerprint), detectors check it.
-2. detectors — Gumbel-max: :func:`score_single`, :func:`score_ars_tau`
-   (Eq. 11, τ from :func:`fit_ars_tau`), :func:`score_ars_prior` (Eq. 12),
-   :func:`score_oracle`, :func:`score_soft` (beyond the paper); all with
-   calibrated p-values. SynthID: :func:`mean_test` (plain / weighted mean,
-   exact null), Bayesian detectors (App. D) trained by :func:`train_bayes`
-   in modes single / prior (Bayes-Prior) / mlp (Bayes-MLP) / oracle.
-3. metrics — :mod:`.metrics`: ROC, AUC, TPR at FPR (threshold from
+2. detectors — small typed objects with one ``score(stats)`` method, made
+   by name from :mod:`.registry` (the registry the CLI, the experiments
+   and the notebooks share: :func:`make`) or fitted. Gumbel-max:
+   :class:`SingleStream`, :class:`ArsTau` (Eq. 11, τ from
+   :func:`fit_ars_tau`), :class:`ArsPrior` (Eq. 12), :class:`Oracle`,
+   :class:`Soft` (beyond the paper, :func:`fit_soft`); all with calibrated
+   p-values. SynthID: :class:`MeanTest` (plain / weighted mean, exact null),
+   :class:`Bayes` (App. D) trained by :func:`train_bayes` in modes single /
+   prior (Bayes-Prior) / mlp (Bayes-MLP) / oracle. The functions
+   :func:`score_ars_tau`, :func:`score_oracle`, ... are the same tests as
+   plain functions.
+3. windows — :mod:`.windows`: the best window of a partly watermarked text
+   and its p-value corrected for the windows tried.
+4. metrics — :mod:`.metrics`: ROC, AUC, TPR at FPR (threshold from
    negatives or from p-values) with bootstrap CIs, TPR vs length.
-4. :func:`save_detector` / :func:`load_detector` — key-free archives.
+5. :func:`save_detector` / :func:`load_detector` — key-free archives.
 """
 
-from wmspec_jax.detect import gumbel, io, metrics, provenance, pvalues, streams, synthid, weighted
-from wmspec_jax.detect.common import Detector, Scores, decision_scores
+from wmspec_jax.detect import gumbel, io, metrics, provenance, pvalues, registry, streams, synthid, weighted, windows
+from wmspec_jax.detect.common import Detector, Scores, TokenTerms, decision_scores
 from wmspec_jax.detect.provenance import Provenance, ProvenanceMismatch, check_compatible
 from wmspec_jax.detect.gumbel import (
     TAU_GRID,
+    ArsPrior,
+    ArsTau,
+    Oracle,
+    SingleStream,
+    Soft,
+    text_rngs,
     ars_prior_detector,
     fit_ars_tau,
     fit_soft,
@@ -48,8 +61,11 @@ from wmspec_jax.detect.streams import (
     take,
     truncate,
 )
+from wmspec_jax.detect.registry import DEFAULTS, from_saved, make
 from wmspec_jax.detect.synthid import (
+    Bayes,
     BayesConfig,
+    MeanTest,
     TrainConfig,
     make_dataset,
     mean_test,
@@ -60,36 +76,29 @@ from wmspec_jax.detect.synthid import (
 
 
 def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
-    """Scores texts with any fitted detector.
+    """``detector.score(stats, source=source, rng=rng)`` (kept as a function for older code).
 
     Args:
-      detector: from :func:`fit_ars_tau`, :func:`ars_prior_detector`,
-        :func:`fit_soft`, :func:`train_bayes` or :func:`load_detector`.
+      detector: any detector object (:func:`make`, :func:`fit_ars_tau`,
+        :func:`fit_soft`, :func:`train_bayes`, :func:`load_detector`).
       stats: statistics of the matching decoder.
-      source: int8[B, L] token sources (Bayesian Oracle only).
-      rng: ``jax.random`` key (Ars-Prior only).
+      source: int8[B, L] token sources (the Oracles only).
+      rng: ``jax.random`` key or per-text keys (Ars-Prior only; default
+        ``jax.random.key(detector.seed)``).
 
     Raises:
       ProvenanceMismatch: the statistics were computed with other settings
         (decoder, m, h, PRF version) or another key than the detector's.
     """
     if not isinstance(detector, Detector):
-        raise TypeError(f"expected a Detector, got {type(detector).__name__}")
-    check_compatible(getattr(stats, "provenance", None), detector.provenance)
-    if detector.kind == "ars_tau":
-        return score_ars_tau(stats, detector.config["tau"])
-    if detector.kind == "ars_prior":
-        if rng is None:
-            raise ValueError("Ars-Prior draws its per-token choice from a jax.random key: pass rng=")
-        return score_ars_prior(stats, detector.config["draft_fraction"], rng)
-    if detector.kind == "gumbel_soft":
-        return score_soft(detector, stats)
-    if detector.kind == "bayes":
-        return score_bayes(detector, stats, source)
-    raise ValueError(f"unknown detector kind {detector.kind!r}")
+        raise TypeError(f"expected a detector object (wmspec_jax.detect.make / fit_* / load_detector), got "
+                        f"{type(detector).__name__}")
+    return detector.score(stats, source=source, rng=rng)
 
 
 __all__ = [
+    "ArsPrior", "ArsTau", "Bayes", "DEFAULTS", "MeanTest", "Oracle", "SingleStream", "Soft", "TokenTerms",
+    "from_saved", "make", "registry", "text_rngs", "windows",
     "BayesConfig", "Detector", "GumbelStats", "Provenance", "ProvenanceMismatch", "Records", "Scores",
     "SynthIDStats", "TAU_GRID", "TrainConfig", "check_compatible", "provenance", "take", "weighted",
     "ars_prior_detector", "binomial_half_log_sf", "decision_scores", "draft_fraction", "fit_ars_tau", "fit_soft",

@@ -1,15 +1,16 @@
-"""Result and detector containers shared by the detection modules."""
+"""Result containers and the detector base class shared by the detection modules."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple, Optional
+import abc
+from typing import Any, ClassVar, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import prf
-from wmspec_jax.detect.provenance import Provenance, ProvenanceMismatch
+from wmspec_jax.detect.provenance import Provenance, ProvenanceMismatch, check_compatible
 
 
 class Scores(NamedTuple):
@@ -43,29 +44,109 @@ def decision_scores(scores: Scores) -> jax.Array:
     return jnp.where(jnp.isnan(lp), scores.score, -lp)
 
 
-class Detector(NamedTuple):
-    """A fitted detector: key-free configuration plus arrays.
+class TokenTerms(NamedTuple):
+    """Per-token evidence of a detector whose score is a sum over tokens (for windowed scores).
 
     Attributes:
-      kind: "ars_tau", "ars_prior", "gumbel_soft" or "bayes".
-      config: JSON-serialisable settings (never the watermark key); always
-        holds ``provenance`` (a :class:`.provenance.Provenance` as a dict:
-        decoder, m, h, PRF version, key fingerprint) and, for convenience,
-        ``prf_version``, ``context_width`` and ``decoder``.
-      params: nested dict of arrays (may be empty).
+      terms: float32[B, L] the per-token term (0 at unscored positions).
+        Gumbel gamma detectors: −log(1 − y_t), Exp(1) under H0; SynthID mean
+        tests: the number of ones among the token's m' g-values,
+        Binomial(m', ½) under H0.
+      mask: bool[B, L] scored positions.
+      starts, lengths: int32[B] as in the statistics.
+      null: ``"gamma"`` or ``"binomial"``: the law of a sum of n terms under
+        H0 (Gamma(n, 1), or Binomial(n m', ½)).
+      trials: m' (g-values per token) for ``"binomial"``, 1 for ``"gamma"``.
     """
 
-    kind: str
-    config: Mapping[str, Any]
-    params: Mapping[str, Any]
+    terms: jax.Array
+    mask: jax.Array
+    starts: jax.Array
+    lengths: jax.Array
+    null: str
+    trials: int
+
+
+class Detector(abc.ABC):
+    """A detector: a small typed object with one :meth:`score` method.
+
+    Every detector of this package (Ars-τ, Ars-Prior, Oracle, single stream,
+    soft; SynthID mean tests and Bayesian detectors) is a frozen dataclass
+    subclass, listed by name in :mod:`.registry` (the one registry the CLI,
+    the experiments and the notebooks use). It holds key-free settings and
+    fitted arrays, and the :class:`.provenance.Provenance` of the statistics
+    it was built for; :meth:`score` checks that provenance first.
+
+    Class attributes:
+      kind: the name in saved files (``"ars_tau"``, ``"bayes"``, ...).
+      decoder: ``"gumbel"`` or ``"synthid"``.
+      calibrated: its p-values are exact / calibrated (False: Bayesian
+        log-odds, threshold them on negatives).
+      needs_source: scoring needs the generation records' token sources
+        (the Oracles): not usable on text alone.
+    """
+
+    kind: ClassVar[str] = ""
+    decoder: ClassVar[str] = ""
+    calibrated: ClassVar[bool] = True
+    needs_source: ClassVar[bool] = False
+
+    provenance: Provenance  # a dataclass field of every subclass
+
+    @abc.abstractmethod
+    def score(self, stats, *, source=None, rng=None) -> Scores:
+        """Scores a batch of texts' statistics.
+
+        Args:
+          stats: statistics of this detector's decoder (``GumbelStats`` /
+            ``SynthIDStats``) with a compatible provenance.
+          source: int8[B, L] token sources (the Oracles only; ignored by others).
+          rng: a ``jax.random`` key, or one key per text [B] (Ars-Prior only;
+            per-text keys make a text's score independent of its batch).
+
+        Raises:
+          ProvenanceMismatch: the statistics were computed with other settings
+            (decoder, m, h, PRF version) or another key than the detector's.
+        """
+
+    def token_terms(self, stats, *, source=None, rng=None) -> TokenTerms:
+        """Per-token terms whose sum is the score (windowed scores); not every detector has them."""
+        raise NotImplementedError(f"the {self.label} detector is not a sum of independent per-token terms "
+                                  "with a known null; windowed scores need a gamma or mean-g detector")
 
     @property
-    def provenance(self) -> Provenance:
-        """Where the detector's training statistics came from; scoring checks it."""
-        return config_provenance(self.config)
+    def windowable(self) -> bool:
+        return type(self).token_terms is not Detector.token_terms
+
+    @property
+    def label(self) -> str:
+        """Human-readable name (the figures' and tables' label)."""
+        return self.kind
+
+    def settings(self) -> dict:
+        """The detector's own JSON-able settings (saved in its config next to the provenance)."""
+        return {}
+
+    @property
+    def config(self) -> dict:
+        """JSON-able configuration, as saved: the provenance (+ the settings it implies) and :meth:`settings`."""
+        return detector_config(self.provenance, **self.settings())
+
+    @property
+    def params(self) -> dict:
+        """Fitted arrays (nested dict; may be empty)."""
+        return {}
+
+    def describe(self) -> dict:
+        """What a report needs to name the detector: label, kind, settings (no arrays, no key)."""
+        return {"label": self.label, "kind": self.kind, "settings": self.settings()}
+
+    def check(self, stats) -> None:
+        """Raises ProvenanceMismatch unless ``stats`` may be scored by this detector."""
+        check_compatible(getattr(stats, "provenance", None), self.provenance)
 
 
-KINDS = ("ars_tau", "ars_prior", "gumbel_soft", "bayes")
+KINDS = ("single", "ars_tau", "ars_prior", "gumbel_oracle", "gumbel_soft", "synthid_mean", "bayes")
 
 
 def config_provenance(config: Mapping[str, Any]) -> Provenance:

@@ -31,8 +31,9 @@ Detectors:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Optional, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -40,8 +41,8 @@ import numpy as np
 
 from wmspec_jax import validation
 from wmspec_jax.detect import metrics, pvalues
-from wmspec_jax.detect.common import Detector, Scores, check_unit, detector_config, fitted_provenance
-from wmspec_jax.detect.provenance import check_compatible
+from wmspec_jax.detect.common import Detector, Scores, TokenTerms, check_unit, config_provenance, fitted_provenance
+from wmspec_jax.detect.provenance import Provenance, check_compatible
 from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, arrays_only, check_source, check_statistics
 
 TAU_GRID = np.linspace(0.0, 1.0, 101)
@@ -138,10 +139,45 @@ def choose_prior(shape, draft_fraction: float, rng) -> jax.Array:
     Args:
       shape: (B, L).
       draft_fraction: p, the estimated share of accepted draft tokens.
-      rng: a ``jax.random`` key (the choice is reproducible given it).
+      rng: a ``jax.random`` key (the choice is reproducible given it), or
+        typed keys [B], one per text (:func:`text_rngs`): then the coin of
+        position t of text b is a function of (key_b, t) only, so a text's
+        choice does not depend on its batch, its row or the padding.
     """
     p = check_unit(draft_fraction, "draft fraction p")
+    if _per_text_keys(rng, shape[0]):
+        return _per_text_uniforms(rng, int(shape[1])) < jnp.float32(p)
     return jax.random.bernoulli(rng, p, tuple(shape))
+
+
+def _per_text_keys(rng, batch: int) -> bool:
+    dtype = getattr(rng, "dtype", None)
+    if dtype is None or not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return False
+    if rng.ndim == 0:
+        return False
+    if rng.shape != (batch,):
+        raise ValueError(f"per-text keys must be [{batch}] (one per text), got shape {rng.shape}")
+    return True
+
+
+@functools.partial(jax.jit, static_argnames=("length",))
+def _per_text_uniforms(rngs, length: int):
+    positions = jnp.arange(length, dtype=jnp.uint32)
+    return jax.vmap(lambda k: jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(k, t)))(positions))(rngs)
+
+
+def text_rngs(seed: int, ids) -> jax.Array:
+    """Typed ``jax.random`` keys [B], one per text id: ``fold_in(key(seed), id)``.
+
+    Detectors with a random per-token choice (Ars-Prior) given these keys
+    score a text identically in any batch (ids: e.g. the texts' indices).
+    """
+    ids = np.asarray(ids, np.int64)
+    if ids.ndim != 1 or (ids < 0).any() or (ids >= 2**32).any():
+        raise ValueError("text ids must be a 1-D array of integers in [0, 2^32)")
+    base = jax.random.key(int(seed))
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids.astype(np.uint32)))
 
 
 def choose_oracle(source) -> jax.Array:
@@ -181,6 +217,222 @@ def score_oracle(stats: GumbelStats, source) -> Scores:
 
 
 # ---------------------------------------------------------------------------
+# The Gumbel detectors as objects (registry: :mod:`.registry`)
+# ---------------------------------------------------------------------------
+
+_BASE_KEYS = ("prf_version", "context_width", "decoder", "provenance")
+
+
+def split_settings(config: Mapping[str, Any], known: Sequence[str]) -> tuple:
+    """(known settings, the rest) of a saved config, without the provenance-derived keys."""
+    rest = {k: v for k, v in config.items() if k not in _BASE_KEYS}
+    return {k: rest.pop(k) for k in known if k in rest}, rest
+
+
+class GammaDetector(Detector):
+    """A Gumbel detector that picks y^D or y^T per token without looking at the y's.
+
+    Its score Σ_t −log(1 − y_t) is then Gamma(n, 1) under H0 (module doc):
+    exact p-values, and per-token terms for windowed scores.
+    """
+
+    decoder: ClassVar[str] = "gumbel"
+
+    def choose_draft(self, stats: GumbelStats, source, rng) -> jax.Array:
+        """bool[B, L]: use y^D at a position (else y^T)."""
+        raise NotImplementedError
+
+    def score(self, stats, *, source=None, rng=None) -> Scores:
+        stats = _check_stats(stats)
+        self.check(stats)
+        return gamma_test(select(stats, self.choose_draft(stats, source, rng)), stats.mask)
+
+    def token_terms(self, stats, *, source=None, rng=None) -> TokenTerms:
+        stats = _check_stats(stats)
+        self.check(stats)
+        y = select(stats, self.choose_draft(stats, source, rng))
+        terms = jnp.where(stats.mask, ars_terms(y), 0.0)
+        return TokenTerms(terms, stats.mask, stats.starts, stats.lengths, "gamma", 1)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SingleStream(GammaDetector):
+    """The basic (non-speculative) watermark's detector: y^T_t (= Ars-τ at τ = 0)."""
+
+    provenance: Provenance
+    info: Mapping = dataclasses.field(default_factory=dict)
+    kind: ClassVar[str] = "single"
+
+    label = property(lambda self: "single (target stream)")
+
+    def choose_draft(self, stats, source, rng):
+        return jnp.zeros(stats.mask.shape, bool)
+
+    def settings(self) -> dict:
+        return dict(self.info)
+
+    @classmethod
+    def from_saved(cls, config, params) -> "SingleStream":
+        _, rest = split_settings(config, ())
+        return cls(config_provenance(config), info=rest)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ArsTau(GammaDetector):
+    """Ars-τ (Eq. 11): y^D_t if u_t < τ else y^T_t. :func:`fit_ars_tau` chooses τ.
+
+    Attributes:
+      provenance: of the training statistics (or of the settings, key unknown).
+      tau: τ ∈ [0, 1].
+      target_fpr, calibration: how τ was chosen (None when set by hand).
+      taus, train_tpr: the grid and its training TPR curve (None when set by hand).
+      info: further key-free notes (saved with the config).
+    """
+
+    provenance: Provenance
+    tau: float
+    target_fpr: Optional[float] = None
+    calibration: Optional[str] = None
+    taus: Optional[np.ndarray] = None
+    train_tpr: Optional[np.ndarray] = None
+    info: Mapping = dataclasses.field(default_factory=dict)
+    kind: ClassVar[str] = "ars_tau"
+
+    def __post_init__(self):
+        object.__setattr__(self, "tau", check_unit(self.tau, "tau"))
+
+    label = property(lambda self: "Ars-tau")
+
+    def choose_draft(self, stats, source, rng):
+        return choose_ars_tau(stats.u, self.tau)
+
+    def settings(self) -> dict:
+        out = {"tau": self.tau}
+        if self.target_fpr is not None:
+            out["target_fpr"] = self.target_fpr
+        if self.calibration is not None:
+            out["calibration"] = self.calibration
+        return {**out, **self.info}
+
+    @property
+    def params(self) -> dict:
+        return {} if self.taus is None else {"taus": self.taus, "train_tpr": self.train_tpr}
+
+    @classmethod
+    def from_saved(cls, config, params) -> "ArsTau":
+        known, rest = split_settings(config, ("tau", "target_fpr", "calibration"))
+        return cls(config_provenance(config), taus=params.get("taus"), train_tpr=params.get("train_tpr"), info=rest,
+                   **known)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ArsPrior(GammaDetector):
+    """Ars-Prior (Eq. 12): y^D_t with probability p per token, from a ``jax.random`` key.
+
+    ``score(stats, rng=...)``: a key, or per-text keys (:func:`text_rngs`);
+    without one, ``jax.random.key(seed)``.
+    """
+
+    provenance: Provenance
+    draft_fraction: float
+    seed: int = 0
+    info: Mapping = dataclasses.field(default_factory=dict)
+    kind: ClassVar[str] = "ars_prior"
+
+    def __post_init__(self):
+        object.__setattr__(self, "draft_fraction", check_unit(self.draft_fraction, "draft fraction p"))
+
+    label = property(lambda self: "Ars-Prior")
+
+    def choose_draft(self, stats, source, rng):
+        return choose_prior(stats.mask.shape, self.draft_fraction, jax.random.key(self.seed) if rng is None else rng)
+
+    def settings(self) -> dict:
+        return {"draft_fraction": self.draft_fraction, **({"seed": self.seed} if self.seed else {}), **self.info}
+
+    @classmethod
+    def from_saved(cls, config, params) -> "ArsPrior":
+        known, rest = split_settings(config, ("draft_fraction", "seed"))
+        return cls(config_provenance(config), info=rest, **known)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Oracle(GammaDetector):
+    """Oracle: the statistic of the stream that produced each token (``source`` from the records)."""
+
+    provenance: Provenance
+    info: Mapping = dataclasses.field(default_factory=dict)
+    kind: ClassVar[str] = "gumbel_oracle"
+    needs_source: ClassVar[bool] = True
+
+    label = property(lambda self: "Oracle")
+
+    def choose_draft(self, stats, source, rng):
+        if source is None:
+            raise ValueError("the Oracle detector needs the token sources (generation records, or "
+                             "detect.pseudo_source for texts without records)")
+        return choose_oracle(check_source(source, stats.mask.shape))
+
+    def settings(self) -> dict:
+        return dict(self.info)
+
+    @classmethod
+    def from_saved(cls, config, params) -> "Oracle":
+        _, rest = split_settings(config, ())
+        return cls(config_provenance(config), info=rest)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Soft(Detector):
+    """The soft Gumbel detector (beyond the paper; :func:`fit_soft`, :func:`score_soft`).
+
+    With ``oracle=True`` it uses the true sources (``score(stats, source=...)``):
+    the Oracle of the same statistic family.
+    """
+
+    provenance: Provenance
+    arrays: Mapping
+    num_u_bins: int = 16
+    smoothing: float = 16.0
+    oracle: bool = False
+    info: Mapping = dataclasses.field(default_factory=dict)
+    kind: ClassVar[str] = "gumbel_soft"
+    decoder: ClassVar[str] = "gumbel"
+
+    @property
+    def label(self) -> str:
+        return "soft oracle" if self.oracle else "soft (ours)"
+
+    @property
+    def needs_source(self) -> bool:
+        return self.oracle
+
+    def score(self, stats, *, source=None, rng=None) -> Scores:
+        if self.oracle and source is None:
+            raise ValueError("the soft oracle needs the token sources (generation records)")
+        return score_soft(self, stats, source if self.oracle else None)
+
+    def with_oracle(self, oracle: bool = True) -> "Soft":
+        """The same fitted tables, scoring with (``True``) or without the true sources."""
+        return dataclasses.replace(self, oracle=bool(oracle))
+
+    def settings(self) -> dict:
+        out = {"num_u_bins": self.num_u_bins, "smoothing": self.smoothing}
+        if self.oracle:
+            out["oracle"] = True
+        return {**out, **self.info}
+
+    @property
+    def params(self) -> dict:
+        return dict(self.arrays)
+
+    @classmethod
+    def from_saved(cls, config, params) -> "Soft":
+        known, rest = split_settings(config, ("num_u_bins", "smoothing", "oracle"))
+        return cls(config_provenance(config), dict(params), info=rest, **known)
+
+
+# ---------------------------------------------------------------------------
 # Ars-τ: choosing τ on a training split
 # ---------------------------------------------------------------------------
 
@@ -202,7 +454,7 @@ def fit_ars_tau(
     taus: Optional[Sequence[float]] = None,
     negatives: Optional[GumbelStats] = None,
     context_width: Optional[int] = None,
-) -> Detector:
+) -> ArsTau:
     """Chooses Ars-τ's τ on a training split (App. E.1).
 
     For each τ on the grid, TPR at the target FPR is measured on the
@@ -225,9 +477,8 @@ def fit_ars_tau(
         statistics' provenance (an explicit value must agree with it).
 
     Returns:
-      ``Detector(kind="ars_tau")`` with config ``tau``, ``target_fpr``,
-      ``calibration``, the statistics' provenance, and params ``taus``,
-      ``train_tpr`` (the curve).
+      :class:`ArsTau` with ``tau``, ``target_fpr``, ``calibration``, the
+      statistics' provenance, and the curve ``taus``, ``train_tpr``.
 
     Raises:
       ValueError: no scored token in the positives (or negatives): texts too
@@ -254,8 +505,8 @@ def fit_ars_tau(
     median_strength = np.median(-lp, axis=1)
     order = np.lexsort((grid, -median_strength, -tpr))  # primary: TPR, then strength, then small τ
     best = int(order[0])
-    cfg = detector_config(prov, tau=float(grid[best]), target_fpr=fpr, calibration=calibration)
-    return Detector("ars_tau", cfg, {"taus": grid, "train_tpr": tpr.astype(np.float32)})
+    return ArsTau(prov, float(grid[best]), target_fpr=fpr, calibration=calibration, taus=grid,
+                  train_tpr=tpr.astype(np.float32))
 
 
 def _require_scored(stats, what: str) -> None:
@@ -266,7 +517,7 @@ def _require_scored(stats, what: str) -> None:
 
 
 def ars_prior_detector(draft_fraction: float, context_width: Optional[int] = None, *,
-                       provenance=None) -> Detector:
+                       provenance=None) -> ArsPrior:
     """Ars-Prior as a saveable detector (its only parameter is p, e.g. from
     :func:`.streams.draft_fraction` on the training records).
 
@@ -275,7 +526,7 @@ def ars_prior_detector(draft_fraction: float, context_width: Optional[int] = Non
     """
     p = check_unit(draft_fraction, "draft fraction p")
     prov = fitted_provenance(provenance, "gumbel", context_width)
-    return Detector("ars_prior", detector_config(prov, draft_fraction=p), {})
+    return ArsPrior(prov, p)
 
 
 # ---------------------------------------------------------------------------
@@ -305,7 +556,7 @@ def fit_soft(
     e_edges: Sequence[float] = DEFAULT_E_EDGES,
     smoothing: float = 16.0,
     context_width: Optional[int] = None,
-) -> Detector:
+) -> Soft:
     """Fits the soft Gumbel detector on watermarked training texts with records.
 
     Model of one watermarked token given its u-bin b (u split into
@@ -334,7 +585,7 @@ def fit_soft(
       context_width: as in :func:`fit_ars_tau`.
 
     Returns:
-      ``Detector(kind="gumbel_soft")``: params ``e_edges``, ``table``
+      :class:`Soft`: params ``e_edges``, ``table``
       [nb, ny, ny] (the s values), ``log_null`` [ny], ``pi`` [nb], ``f_draft``,
       ``f_target``.
     """
@@ -369,7 +620,6 @@ def fit_soft(
     ratio_d = f_draft / p0
     ratio_t = f_target / p0
     table = np.log(pi[:, None, None] * ratio_d[None, :, None] + (1 - pi)[:, None, None] * ratio_t[None, None, :])
-    cfg = detector_config(prov, num_u_bins=num_u_bins, smoothing=float(smoothing))
     params = {
         "e_edges": edges.astype(np.float32),
         "table": table.astype(np.float32),
@@ -378,10 +628,10 @@ def fit_soft(
         "f_draft": f_draft.astype(np.float32),
         "f_target": f_target.astype(np.float32),
     }
-    return Detector("gumbel_soft", cfg, params)
+    return Soft(prov, params, num_u_bins=num_u_bins, smoothing=float(smoothing))
 
 
-def _soft_inputs(detector: Detector, stats: GumbelStats, source):
+def _soft_inputs(detector: Soft, stats: GumbelStats, source):
     """(table, bins): the u-bin table extended by two rows, "known draft"
     (s = log r_D(i)) and "known target" (s = log r_T(j)); bins are the u-bins,
     or with ``source`` the known rows. One table shape for both uses, so the
@@ -402,7 +652,7 @@ def _soft_inputs(detector: Detector, stats: GumbelStats, source):
     return jnp.concatenate([table, known]), bins
 
 
-def soft_token_scores(detector: Detector, stats: GumbelStats, source=None):
+def soft_token_scores(detector: Soft, stats: GumbelStats, source=None):
     """Per-token s_t and the bin of each position: (float32[B, L], int32[B, L])."""
     _check_kind(detector, "gumbel_soft")
     stats = _check_stats(stats)
@@ -475,7 +725,7 @@ def _soft_test(table, edges, log_null, stats, bins, iters: int = 40):
     return Scores(jnp.where(n > 0, total, jnp.nan), n, log_p, jnp.exp(log_p))
 
 
-def score_soft(detector: Detector, stats: GumbelStats, source=None) -> Scores:
+def score_soft(detector: Soft, stats: GumbelStats, source=None) -> Scores:
     """Soft detector: Σ_t s_t with p-values conditional on the observed u's.
 
     With ``source`` (int8[B, L] records) the per-token mixture is replaced
@@ -497,7 +747,7 @@ def score_soft(detector: Detector, stats: GumbelStats, source=None) -> Scores:
     return _soft_test(table, jnp.asarray(p["e_edges"]), jnp.asarray(p["log_null"]), arrays_only(stats), bins)
 
 
-def _check_kind(detector: Detector, kind: str) -> None:
+def _check_kind(detector, kind: str) -> None:
     if not isinstance(detector, Detector) or detector.kind != kind:
         got = getattr(detector, "kind", type(detector).__name__)
         raise TypeError(f"expected a fitted '{kind}' detector, got {got!r}")

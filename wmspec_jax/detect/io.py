@@ -11,6 +11,10 @@ Format ``wmspec-detector-v2``: one NumPy ``.npz`` archive holding
 * ``param:<path>`` — one array per parameter leaf, ``<path>`` the
   ``/``-joined keys of the nested parameter dict (list items by index).
 
+Any detector object (:class:`~wmspec_jax.detect.common.Detector`) saves: its
+``kind``, ``config`` and ``params`` are the file; :func:`load_detector`
+rebuilds the typed object through :func:`.registry.from_saved`.
+
 Saving refuses secret-derived material of any type anywhere in the
 detector: :class:`wmspec_jax.keys.Secret`, :class:`~wmspec_jax.keys.StreamKeys`,
 ``prf.WatermarkKey``, bytes, uint32 arrays (stream key words are uint32;
@@ -33,6 +37,7 @@ import numpy as np
 from wmspec_jax import keys as keys_lib
 from wmspec_jax import prf, results
 from wmspec_jax.detect.common import KINDS, Detector, config_provenance
+from wmspec_jax.detect.registry import from_saved
 
 FORMAT = "wmspec-detector-v2"
 _OLD_FORMATS = ("wmspec-detector-v1",)
@@ -107,7 +112,7 @@ def save_detector(path, detector: Detector) -> str:
       TypeError: the detector holds key material (module doc) or non-JSON config.
     """
     if not isinstance(detector, Detector) or detector.kind not in KINDS:
-        raise TypeError(f"expected a fitted Detector of kind {KINDS}, got {type(detector).__name__}")
+        raise TypeError(f"expected a detector of kind {KINDS}, got {type(detector).__name__}")
     config = dict(detector.config)
     _check_json(config)
     config_provenance(config)  # a valid provenance record
@@ -123,7 +128,7 @@ def save_detector(path, detector: Detector) -> str:
 
 
 def load_detector(path) -> Detector:
-    """Reads a detector written by :func:`save_detector`.
+    """Reads a detector written by :func:`save_detector`: the typed object of its kind (:mod:`.registry`).
 
     Raises:
       ValueError: not a detector archive (e.g. not an ``.npz`` file),
@@ -158,4 +163,4 @@ def load_detector(path) -> Detector:
         params["mlp"] = {name: {"kernel": layer["w"], "bias": layer["b"]}
                          for name, layer in zip(("hidden1", "hidden2", "output"), params["mlp"])}
     config_provenance(config)
-    return Detector(meta["kind"], config, params)
+    return from_saved(meta["kind"], config, params)

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import NamedTuple, Optional, Sequence
+from typing import Any, ClassVar, Mapping, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -74,7 +74,8 @@ from flax import nnx
 
 from wmspec_jax import prf, validation
 from wmspec_jax.detect import pvalues, weighted
-from wmspec_jax.detect.common import Detector, Scores, check_unit, detector_config, fitted_provenance
+from wmspec_jax.detect.common import (Detector, Scores, TokenTerms, check_unit, config_provenance,
+                                     fitted_provenance)
 from wmspec_jax.detect.metrics import _tpr_at_fpr
 from wmspec_jax.detect.provenance import Provenance, check_compatible, merge
 from wmspec_jax.detect.streams import (SOURCE_DRAFT, SynthIDStats, check_source, check_statistics, concat,
@@ -183,6 +184,79 @@ def score_mean_single(stats: SynthIDStats, weights=None) -> Scores:
     """Mean score of the basic (non-speculative) SynthID watermark: the TARGET stream."""
     stats = _check_stats(stats)
     return mean_test(stats.g_target, stats.mask, weights)
+
+
+_BASE_KEYS = ("prf_version", "context_width", "decoder", "provenance")
+STREAMS = ("both", "target", "draft")
+
+
+def _split_settings(config: Mapping[str, Any], known: Sequence[str]) -> tuple:
+    rest = {k: v for k, v in config.items() if k not in _BASE_KEYS}
+    return {k: rest.pop(k) for k in known if k in rest}, rest
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MeanTest(Detector):
+    """SynthID's mean g-value test as a detector (calibrated, no training).
+
+    Attributes:
+      provenance: the settings (decoder, m, h; key where known).
+      streams: ``"both"`` (the g-values of both streams side by side — the
+        key-only choice for Alg. 1 texts), ``"target"`` (the basic
+        watermark) or ``"draft"``.
+      weighted: SynthID's weighted mean (:func:`synthid_weights`); its
+        p-value is exact for short texts and a proven bound beyond.
+    """
+
+    provenance: Provenance
+    streams: str = "both"
+    weighted: bool = False
+    info: Mapping = dataclasses.field(default_factory=dict)
+    kind: ClassVar[str] = "synthid_mean"
+    decoder: ClassVar[str] = "synthid"
+
+    def __post_init__(self):
+        if self.streams not in STREAMS:
+            raise ValueError(f"streams must be one of {STREAMS}, got {self.streams!r}")
+
+    @property
+    def label(self) -> str:
+        return f"{'weighted mean' if self.weighted else 'mean'} ({self.streams} stream{'s' if self.streams == 'both' else ''})"
+
+    def g(self, stats: SynthIDStats) -> jax.Array:
+        """The tested g-values: uint8[B, L, m'] (m' = 2m for both streams)."""
+        if self.streams == "both":
+            return both_g(stats)
+        return stats.g_target if self.streams == "target" else stats.g_draft
+
+    def weights(self) -> Optional[np.ndarray]:
+        if not self.weighted:
+            return None
+        w = synthid_weights(self.provenance.num_layers)
+        return np.concatenate([w, w]) if self.streams == "both" else w
+
+    def score(self, stats, *, source=None, rng=None) -> Scores:
+        stats = _check_stats(stats)
+        self.check(stats)
+        return mean_test(self.g(stats), stats.mask, self.weights())
+
+    def token_terms(self, stats, *, source=None, rng=None) -> TokenTerms:
+        if self.weighted:
+            return super().token_terms(stats)
+        stats = _check_stats(stats)
+        self.check(stats)
+        g = self.g(stats)
+        ones = jnp.sum(g.astype(jnp.float32), axis=-1)
+        return TokenTerms(jnp.where(stats.mask, ones, 0.0), stats.mask, stats.starts, stats.lengths, "binomial",
+                          int(g.shape[-1]))
+
+    def settings(self) -> dict:
+        return {"streams": self.streams, "weighted": self.weighted, **self.info}
+
+    @classmethod
+    def from_saved(cls, config, params) -> "MeanTest":
+        known, rest = _split_settings(config, ("streams", "weighted"))
+        return cls(config_provenance(config), info=rest, **known)
 
 
 # ---------------------------------------------------------------------------
@@ -341,23 +415,72 @@ def _log_odds(params, config, gd, gt, u, mask, choose_draft, training: bool):
     return jnp.log(prior) - jnp.log1p(-prior) + jnp.sum(jnp.where(mask, llr, 0.0), axis=1)
 
 
-def bayes_detector(config: BayesConfig, params, provenance: Optional[Provenance] = None) -> Detector:
-    """Wraps a config and parameters as a saveable :class:`Detector`.
+@dataclasses.dataclass(frozen=True, eq=False)
+class Bayes(Detector):
+    """A Bayesian SynthID detector (App. D): its :class:`BayesConfig` and fitted arrays.
+
+    Scores are log-odds (no calibrated null: p-values are NaN; threshold them
+    on negatives). Built by :func:`train_bayes` or :func:`bayes_detector`.
+
+    Attributes:
+      provenance: of the training statistics.
+      bayes_config: mode, m, mixture, ... (:class:`BayesConfig`).
+      arrays: β, δ per stream and (mode ``mlp``) the MLP's parameters.
+      info: training notes (chosen l2, best epoch, validation TPR, target FPR).
+    """
+
+    provenance: Provenance
+    bayes_config: BayesConfig
+    arrays: Mapping
+    info: Mapping = dataclasses.field(default_factory=dict)
+    kind: ClassVar[str] = "bayes"
+    decoder: ClassVar[str] = "synthid"
+    calibrated: ClassVar[bool] = False
+
+    @property
+    def label(self) -> str:
+        return {"prior": "Bayes-Prior", "mlp": "Bayes-MLP", "oracle": "Oracle",
+                "single": "Bayes (target stream)"}[self.bayes_config.mode]
+
+    @property
+    def needs_source(self) -> bool:
+        return self.bayes_config.mode == "oracle"
+
+    def score(self, stats, *, source=None, rng=None) -> Scores:
+        self.check(_check_stats(stats))
+        return score_bayes(self, stats, source if self.needs_source else None)
+
+    def settings(self) -> dict:
+        extra = self.bayes_config.to_dict()
+        extra.pop("context_width")
+        return {**extra, **self.info}
+
+    @property
+    def params(self) -> dict:
+        return dict(self.arrays)
+
+    @classmethod
+    def from_saved(cls, config, params) -> "Bayes":
+        names = [f.name for f in dataclasses.fields(BayesConfig)]
+        known, rest = _split_settings(config, [n for n in names if n != "context_width"])
+        cfg = BayesConfig.from_dict({**known, "context_width": config["context_width"]})
+        return cls(config_provenance(config), cfg, dict(params), info=rest)
+
+
+def bayes_detector(config: BayesConfig, params, provenance: Optional[Provenance] = None) -> Bayes:
+    """Wraps a config and parameters as a saveable :class:`Bayes` detector.
 
     ``provenance``: of the training statistics (default: only m and h known).
     """
     prov = fitted_provenance(provenance, "synthid", config.context_width, config.num_layers)
-    extra = config.to_dict()
-    extra.pop("context_width")
-    cfg = detector_config(prov, **extra)
-    return Detector("bayes", cfg, jax.tree_util.tree_map(np.asarray, params))
+    return Bayes(prov, config, jax.tree_util.tree_map(np.asarray, params))
 
 
-def config_of(detector: Detector) -> BayesConfig:
+def config_of(detector) -> BayesConfig:
     """The :class:`BayesConfig` of a fitted Bayesian detector."""
-    if not isinstance(detector, Detector) or detector.kind != "bayes":
+    if not isinstance(detector, Bayes):
         raise TypeError(f"expected a fitted 'bayes' detector, got {getattr(detector, 'kind', detector)!r}")
-    return BayesConfig.from_dict(detector.config)
+    return detector.bayes_config
 
 
 def _choose_from(config: BayesConfig, source, shape):
@@ -377,7 +500,7 @@ def _score_bayes(params, config, gd, gt, u, mask, choose):
     return Scores(jnp.where(n > 0, lo, jnp.nan), n, nan, nan)
 
 
-def score_bayes(detector: Detector, stats: SynthIDStats, source=None) -> Scores:
+def score_bayes(detector: Bayes, stats: SynthIDStats, source=None) -> Scores:
     """Bayesian log-odds log P(H1 | data) / P(H0 | data) (the posterior of Eq. (16)) per text.
 
     ``score`` is the log-odds (σ(score) is the posterior; the log-odds keep
@@ -395,7 +518,7 @@ def score_bayes(detector: Detector, stats: SynthIDStats, source=None) -> Scores:
     return _score_bayes(params, config, stats.g_draft, stats.g_target, stats.u, stats.mask, choose)
 
 
-def bayes_token_llr(detector: Detector, stats: SynthIDStats, source=None) -> jax.Array:
+def bayes_token_llr(detector: Bayes, stats: SynthIDStats, source=None) -> jax.Array:
     """Per-token log Λ_t at inference (float32[B, L]; unscored positions 0)."""
     config = config_of(detector)
     stats = _check_stats(stats)
@@ -575,9 +698,9 @@ def train_bayes(config: BayesConfig, train: Dataset, val: Dataset,
       train_config: optimisation settings.
 
     Returns:
-      (``Detector(kind="bayes")`` with the selected member's best-epoch
-      parameters, :class:`TrainHistory`). The config records the chosen
-      ``l2`` and ``best_epoch``.
+      (:class:`Bayes` with the selected member's best-epoch parameters,
+      :class:`TrainHistory`). Its config records the chosen ``l2`` and
+      ``best_epoch``.
     """
     for name, data in (("train", train), ("val", val)):
         if not isinstance(data, Dataset):
@@ -637,9 +760,9 @@ def train_bayes(config: BayesConfig, train: Dataset, val: Dataset,
     # best TPR, then lower validation loss, then the smaller L2 weight
     selected = int(np.lexsort((np.asarray(tc.l2_grid), best_loss, -best_tpr))[0])
     chosen = jax.tree_util.tree_map(lambda x: np.asarray(x[selected]), best_params)
-    det = bayes_detector(config, chosen, provenance)
-    det.config.update(l2=float(tc.l2_grid[selected]), best_epoch=int(best_epoch[selected]),
-                      val_tpr=float(best_tpr[selected]), target_fpr=float(tc.target_fpr))
+    det = dataclasses.replace(bayes_detector(config, chosen, provenance), info={
+        "l2": float(tc.l2_grid[selected]), "best_epoch": int(best_epoch[selected]),
+        "val_tpr": float(best_tpr[selected]), "target_fpr": float(tc.target_fpr)})
     hist = TrainHistory(
         train_loss=np.stack(history["train_loss"]),
         val_tpr=np.stack(history["val_tpr"]),

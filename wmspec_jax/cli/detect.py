@@ -1,0 +1,532 @@
+r"""``wmspec-detect``: was this text watermarked with my key?
+
+    export WMSPEC_SECRET=...                       # or --secret_file=PATH; never on the command line
+    wmspec-detect answer.txt                       # one text per file
+    wmspec-generate prompts.txt --output=out.jsonl && wmspec-detect out.jsonl
+    cat essay.txt | wmspec-detect --windowed       # a watermarked span inside human text
+    wmspec-detect --detector=results/quick/detectors/gumbel-ars-tau.npz out.jsonl
+
+(also ``python -m wmspec_jax.detect``). Inputs: text files (one text each),
+JSONL files (one JSON object per line, the text in ``--text_field``, default
+``text``) or standard input. Output: one JSON line per text — scored tokens,
+score, exact p-value and its log, the verdict at ``--alpha``, the detector
+and the provenance of the statistics (settings and key fingerprint, never
+the key) — or, when stdout is a terminal, a table (``--format`` forces either).
+
+**Which key.** Generation gives every text its own keys,
+``keys.text_keys(secret, [index], run)``. The JSONL lines of
+``wmspec-generate`` carry ``run`` and ``index`` (not secret), and are scored
+with exactly those keys. Plain text is scored with the secret itself as the
+key (texts generated through the Python API with ``generate(..., secret)``),
+or, with ``--run=NAME --index=I``, with the per-text keys of that run (texts
+in input order get indices I, I+1, ...). The decoder settings (``decoder``,
+``synthid_layers``, ``context_width``) come from the flags when given, else
+from the JSONL line, else from a saved ``--detector`` file, else the flags'
+defaults. The tokenizer must be the generator's (``--tokenizer``).
+
+**Which detector** (``--detector``, a comma-separated list of registry names
+or saved detector files; the first is the primary): ``auto`` is the best
+key-only detector of the decoder (:data:`wmspec_jax.detect.DEFAULTS`:
+Ars-Prior with ``--draft_fraction`` for Gumbel-max, the mean g-value of both
+streams for SynthID). The detection experiment saves fitted ones (Ars-τ with
+its fitted τ, the soft detector, the Bayesian SynthID detectors) under
+``<output_dir>/detectors/``; a saved detector refuses statistics of another
+secret or other settings (its provenance). ``--windowed`` adds the best
+window (a watermarked span inside human text) with a p-value corrected for
+the number of windows tried (:mod:`wmspec_jax.detect.windows`).
+
+Texts with fewer than ``--min_tokens`` scored tokens get the verdict
+``"not enough tokens"`` (and no p-value) rather than p = 1. A bad key file,
+no key source, a missing tokenizer directory, binary or empty input are
+errors (exit status 2) with a message naming the cause.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+import zlib
+from typing import Optional, Sequence
+
+import numpy as np
+from absl import flags
+
+from wmspec_jax import keys, prf
+from wmspec_jax.cli import flags as cli_flags
+from wmspec_jax.cli.texts import FORMATS, InputError, is_terminal, load_tokenizer, read_inputs, vocab_size, write_lines
+
+PROG = "wmspec-detect"
+DECODERS = ("gumbel", "synthid")
+NOT_ENOUGH = "not enough tokens"
+
+
+def define_flags(fv: flags.FlagValues) -> None:
+    """The tool's flags on ``fv``."""
+    flags.DEFINE_multi_string("input", [], "input file (repeatable; also positional); '-' or none: stdin",
+                              flag_values=fv)
+    flags.DEFINE_enum("input_format", "auto", list(FORMATS), "text (one text per file), jsonl, or auto (.jsonl / "
+                      ".ndjson files and stdin starting with '{' are JSONL)", flag_values=fv)
+    flags.DEFINE_string("text_field", "text", "the JSONL field holding the text", flag_values=fv)
+    flags.DEFINE_string("tokenizer", "builtin", "'builtin' (the built-in SmolLM2 pair) or a local Hugging Face "
+                        "directory: the generator's tokenizer", flag_values=fv)
+    cli_flags.define_secret_flags(fv, demo_flag=True)
+    flags.DEFINE_string("run", None, "score plain text with the per-text keys of this run (with --index)",
+                        flag_values=fv)
+    flags.DEFINE_integer("index", 0, "with --run: the text index of the first input text", lower_bound=0,
+                         flag_values=fv)
+    flags.DEFINE_enum("decoder", "gumbel", list(DECODERS), "the generator's watermark decoder", flag_values=fv)
+    flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
+                         lower_bound=1, flag_values=fv)
+    flags.DEFINE_list("detector", ["auto"], "comma-separated registry names (see --help) or saved detector files "
+                      "(.npz); 'auto': the decoder's default", flag_values=fv)
+    flags.DEFINE_float("tau", None, "τ of --detector=ars-tau (default 0.5; a saved Ars-τ has its fitted τ)",
+                       flag_values=fv)
+    flags.DEFINE_float("draft_fraction", None, "p of Ars-Prior (default 0.5; the share of accepted drafts of the "
+                       "generator, if known)", flag_values=fv)
+    flags.DEFINE_integer("seed", 0, "seed of Ars-Prior's per-token coins (a text's coins depend on the seed and "
+                         "the text only)", lower_bound=0, flag_values=fv)
+    flags.DEFINE_float("alpha", 0.01, "verdict 'watermarked' iff p <= alpha", lower_bound=0.0, upper_bound=1.0,
+                       flag_values=fv)
+    flags.DEFINE_integer("min_tokens", 8, "texts with fewer scored tokens get the verdict 'not enough tokens'",
+                         lower_bound=1, flag_values=fv)
+    flags.DEFINE_bool("windowed", False, "also report the best window (a watermarked span) with its corrected "
+                      "p-value", flag_values=fv)
+    flags.DEFINE_integer("min_window", 16, "shortest window of --windowed (tokens)", lower_bound=2, flag_values=fv)
+    flags.DEFINE_string("output", None, "write the JSON lines to this file (atomically) instead of stdout",
+                        flag_values=fv)
+    flags.DEFINE_enum("format", "auto", ["auto", "json", "table"], "stdout: JSON lines, a table, or auto (a table "
+                      "when stdout is a terminal)", flag_values=fv)
+    flags.DEFINE_bool("timing", False, "print tokenisation / scoring time and tokens/s to stderr", flag_values=fv)
+    flags.DEFINE_integer("batch_size", 1024, "texts per scoring batch", lower_bound=1, flag_values=fv)
+
+
+# ---------------------------------------------------------------------------
+# Texts, settings and keys
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Item:
+    """One input text on its way through the tool."""
+
+    number: int
+    where: str
+    record: dict
+    ids: list
+    offsets: Optional[list]
+    decoder: str
+    num_layers: int
+    context_width: int
+    run: Optional[str]
+    index: Optional[int]
+    result: Optional[dict] = None
+
+    @property
+    def derivation(self) -> str:
+        return keys.DIRECT if self.run is None else keys.KEY_DERIVATION
+
+    @property
+    def group(self) -> tuple:
+        return (self.decoder, self.num_layers, self.context_width, self.derivation)
+
+
+def _record_int(record: dict, name: str, where: str, low: int) -> Optional[int]:
+    if name not in record or record[name] is None:
+        return None
+    v = record[name]
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise InputError(f"{where}: field {name!r} must be an int >= {low}, got {v!r}")
+    return v
+
+
+def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
+    """(decoder, m, h): flags given > the JSONL line > a saved detector > the flags' defaults."""
+    def pick(flag, value):
+        if fv[flag].present:
+            return fv[flag].value
+        return defaults[flag] if value is None else value
+
+    dec = record.get("decoder")
+    if dec is not None and dec not in DECODERS:
+        raise InputError(f"{where}: field 'decoder' must be one of {DECODERS}, got {dec!r}")
+    decoder = pick("decoder", dec)
+    m = pick("synthid_layers", _record_int(record, "synthid_layers", where, 1))
+    h = pick("context_width", _record_int(record, "context_width", where, 1))
+    return decoder, (m if decoder == "synthid" else 0), h
+
+
+def _key_of(fv, record: dict, where: str, number: int) -> tuple:
+    """(run, index) of the text's per-text keys, or (None, None): the secret itself."""
+    if fv["run"].present:
+        return fv.run, fv.index + number
+    if "run" in record or "index" in record:
+        run, index = record.get("run"), _record_int(record, "index", where, 0)
+        if not isinstance(run, str) or index is None:
+            raise InputError(f"{where}: per-text keys need both 'run' (a string) and 'index' (an int >= 0)")
+        return run, index
+    return None, None
+
+
+def _stream_keys(secret: keys.Secret, items: Sequence[Item]):
+    if items[0].run is None:
+        return secret.stream_keys()
+    words = np.zeros((len(items), prf.NUM_STREAMS, 2), np.uint32)
+    by_run: dict = {}
+    for row, it in enumerate(items):
+        by_run.setdefault(it.run, []).append(row)
+    for run, rows in by_run.items():
+        words[rows] = np.asarray(keys.text_keys(secret, [items[r].index for r in rows], run=run))
+    return keys.StreamKeys(words, secret.fingerprint, keys.KEY_DERIVATION)
+
+
+# ---------------------------------------------------------------------------
+# Detectors
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DetectorSpec:
+    """One item of ``--detector``: a registry name (``auto`` included) or a loaded file."""
+
+    name: str
+    loaded: object = None
+    path: Optional[str] = None
+
+
+def _looks_like_path(item: str) -> bool:
+    return item.endswith(".npz") or os.sep in item or os.path.exists(item)
+
+
+def parse_detectors(items: Sequence[str]) -> list:
+    from wmspec_jax import detect
+
+    specs = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        if item == "auto" or (item in detect.registry.ENTRIES and not os.path.exists(item)):
+            entry = detect.registry.ENTRIES.get(item)
+            if entry is not None and entry.needs_source:
+                raise InputError(f"--detector={item}: needs generation records (token sources); text alone cannot "
+                                 "be scored with it")
+            if entry is not None and entry.trained:
+                raise InputError(f"--detector={item}: a fitted detector; pass its saved file (experiments/detection.py "
+                                 "writes them to <output_dir>/detectors/)")
+            specs.append(DetectorSpec(item))
+        elif _looks_like_path(item):
+            if not os.path.exists(item):
+                raise InputError(f"--detector={item}: no such detector file")
+            try:
+                d = detect.load_detector(item)
+            except (ValueError, OSError) as e:
+                raise InputError(f"--detector={item}: {e}") from None
+            if d.needs_source:
+                raise InputError(f"--detector={item}: a {d.label} detector needs generation records (token sources); "
+                                 "text alone cannot be scored with it")
+            specs.append(DetectorSpec(detect.registry.name_of(d), d, item))
+        else:
+            raise InputError(f"--detector={item}: unknown detector; registry names: "
+                             f"{', '.join(detect.registry.ENTRIES)}, or a saved .npz file")
+    if not specs:
+        raise InputError("--detector is empty")
+    return specs
+
+
+def _build(fv, spec: DetectorSpec, decoder: str, provenance):
+    """The detector object of ``spec`` for statistics of ``decoder`` (None: it does not apply)."""
+    from wmspec_jax import detect
+
+    if spec.loaded is not None:
+        return spec.loaded if spec.loaded.decoder == decoder else None
+    name = detect.DEFAULTS[decoder] if spec.name == "auto" else spec.name
+    entry = detect.registry.entry(name)
+    if entry.decoder != decoder:
+        return None
+    options = {}
+    if "tau" in entry.options and fv.tau is not None:
+        options["tau"] = fv.tau
+    if "draft_fraction" in entry.options:
+        if fv.draft_fraction is not None:
+            options["draft_fraction"] = fv.draft_fraction
+        options["seed"] = fv.seed
+    try:
+        return detect.make(name, provenance, **options)
+    except ValueError as e:
+        raise InputError(f"--detector={name}: {e}") from None
+
+
+# ---------------------------------------------------------------------------
+# Scoring
+# ---------------------------------------------------------------------------
+
+
+def _bucket(n: int, low: int = 32) -> int:
+    return max(low, 1 << (max(int(n), 1) - 1).bit_length())
+
+
+def _float(x) -> Optional[float]:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _verdict(calibrated: bool, n: int, log_p: float, score: float, fv) -> str:
+    if n < fv.min_tokens:
+        return NOT_ENOUGH
+    if calibrated:
+        return "watermarked" if log_p <= math.log(fv.alpha) else "not detected"
+    return "watermarked" if score > 0 else "not detected"  # Bayesian log-odds: posterior > 1/2
+
+
+def _char_span(item: Item, start: int, end: int) -> Optional[list]:
+    if not item.offsets or end <= start:
+        return None
+    return [int(item.offsets[start][0]), int(item.offsets[end - 1][1])]
+
+
+def _result(fv, detector, spec: DetectorSpec, score, n: int, log_p: float, window=None, item=None) -> dict:
+    from wmspec_jax import detect
+
+    short = n < fv.min_tokens
+    calibrated = detector.calibrated
+    out = {"detector": {"name": detect.registry.name_of(detector), **detector.describe(),
+                        "file": spec.path, "key_fingerprint": detector.provenance.key_fingerprint},
+           "num_scored": int(n), "verdict": _verdict(calibrated, n, log_p, score, fv)}
+    out["score"] = None if short else _float(score)
+    out["log_pvalue"] = None if short or not calibrated else _float(log_p)
+    out["pvalue"] = None if out["log_pvalue"] is None else math.exp(out["log_pvalue"])
+    out["log10_pvalue"] = None if out["log_pvalue"] is None else out["log_pvalue"] / math.log(10)
+    if not calibrated and not short:
+        out["posterior"] = 1.0 / (1.0 + math.exp(-min(max(float(score), -700.0), 700.0)))
+    if window is not None:
+        lp, wstart, wend, wlp, wnum, wk = window
+        ok = n >= fv.min_tokens
+        out["window"] = {
+            "start_token": int(wstart), "end_token": int(wend), "char_span": _char_span(item, int(wstart), int(wend)),
+            "num_scored": int(wk), "num_windows": int(wnum),
+            "log_pvalue": _float(lp) if ok else None, "pvalue": math.exp(float(lp)) if ok else None,
+            "window_log_pvalue": _float(wlp) if ok else None,
+            "verdict": NOT_ENOUGH if not ok else ("watermarked span" if lp <= math.log(fv.alpha) else "not detected"),
+        }
+    return out
+
+
+def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
+    """Scores the texts of one (decoder, m, h, key derivation) group; fills ``item.result``."""
+    from wmspec_jax import detect
+    from wmspec_jax.detect.provenance import Provenance
+
+    decoder, m, h, derivation = items[0].group
+    settings = Provenance(decoder, m, h)
+    detectors = [(spec, d) for spec in specs if (d := _build(fv, spec, decoder, settings)) is not None]
+    if not detectors:
+        usable = [n for n in detect.registry.names(decoder, buildable=True) if not detect.registry.entry(n).needs_source]
+        raise InputError(f"no --detector applies to {decoder} texts ({items[0].where}, ...): add one of "
+                         f"{', '.join(usable)} or a saved file")
+    scorable = [it for it in items if len(it.ids) > h]
+    for it in items:
+        if len(it.ids) <= h:  # no position has a full context: nothing to score
+            it.result = _empty_result(fv, detectors, it, _statistics_provenance(secret, it, decoder, m, h))
+    order = sorted(scorable, key=lambda it: len(it.ids))
+    for start in range(0, len(order), fv.batch_size):
+        chunk = order[start:start + fv.batch_size]
+        width = _bucket(max(len(it.ids) for it in chunk))
+        tokens = np.zeros((len(chunk), width), np.int32)
+        lengths = np.array([len(it.ids) for it in chunk], np.int32)
+        for row, it in enumerate(chunk):
+            tokens[row, : len(it.ids)] = it.ids
+        key = _stream_keys(secret, chunk)
+        if decoder == "gumbel":
+            stats = detect.gumbel_statistics(tokens, key, vocab_size=vocab, lengths=lengths, context_width=h)
+        else:
+            stats = detect.synthid_statistics(tokens, key, m, vocab_size=vocab, lengths=lengths, context_width=h)
+        ids = [zlib.crc32(np.asarray(it.ids, np.int32).tobytes()) for it in chunk]
+        rngs = detect.text_rngs(fv.seed, ids)
+        per_detector = []
+        for spec, d in detectors:
+            try:
+                sc = d.score(stats, rng=rngs)
+            except detect.ProvenanceMismatch as e:
+                raise InputError(f"detector {spec.path or spec.name} does not fit these texts: {e}") from None
+            win = None
+            if fv.windowed and d.windowable:
+                w = detect.windows.score_windows(d, stats, rng=rngs, min_window=fv.min_window)
+                win = [np.asarray(x) for x in (w.log_pvalue, w.start, w.end, w.window_log_pvalue, w.num_windows,
+                                               w.num_scored)]
+            per_detector.append((spec, d, [np.asarray(x) for x in (sc.score, sc.num_scored, sc.log_pvalue)], win))
+        for row, it in enumerate(chunk):
+            results = []
+            for spec, d, (score, n, lp), win in per_detector:
+                window = None if win is None else [x[row] for x in win]
+                results.append(_result(fv, d, spec, score[row], int(n[row]), float(lp[row]), window, it))
+            it.result = _line(it, results, stats.provenance)
+
+
+def _statistics_provenance(secret, it: Item, decoder, m, h):
+    from wmspec_jax.detect.provenance import Provenance
+
+    return Provenance(decoder, m, h, prf.PRF_VERSION, secret.fingerprint, it.derivation)
+
+
+def _empty_result(fv, detectors, it: Item, provenance) -> dict:
+    results = [_result(fv, d, spec, float("nan"), 0, 0.0, None, it) for spec, d in detectors]
+    if fv.windowed:
+        for r, (_, d) in zip(results, detectors):
+            if d.windowable:
+                r["window"] = None
+    return _line(it, results, provenance)
+
+
+def _line(it: Item, results: list, provenance) -> dict:
+    primary = results[0]
+    line = {"input": it.where}
+    if "id" in it.record:
+        line["id"] = it.record["id"]
+    line.update(num_tokens=len(it.ids), **{k: v for k, v in primary.items()})
+    line["provenance"] = provenance.to_dict()
+    line["key"] = ({"derivation": keys.DIRECT} if it.run is None
+                   else {"derivation": keys.KEY_DERIVATION, "run": it.run, "index": it.index})
+    if len(results) > 1:
+        line["results"] = results
+    return line
+
+
+# ---------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------
+
+
+def _format_p(r: dict) -> str:
+    if r.get("log_pvalue") is None:
+        return "-" if r.get("posterior") is None else f"post {r['posterior']:.3f}"
+    l10 = r["log_pvalue"] / math.log(10)
+    return f"{10 ** l10:.2g}" if l10 > -300 else f"1e{l10:.0f}"
+
+
+def table(lines: Sequence[dict]) -> str:
+    """The results as a fixed-width table (what a terminal shows)."""
+    rows = [("input", "tokens", "scored", "detector", "p-value", "verdict", "best window")]
+    for line in lines:
+        for r in line.get("results", [line]):
+            w = r.get("window")
+            wtxt = "" if not w else f"tokens {w['start_token']}-{w['end_token']}: p {_format_p(w)} ({w['verdict']})"
+            rows.append((line["input"][-40:], str(line["num_tokens"]), str(r["num_scored"]), r["detector"]["name"],
+                         _format_p(r), r["verdict"], wtxt))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    out.insert(1, "  ".join("-" * w for w in widths).rstrip())
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------
+
+
+def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
+    """Runs the tool on parsed flags: (JSON-able result lines, timing dict)."""
+    stderr = stderr or sys.stderr
+    demo = fv.demo_secret
+    if not (fv.secret_file or fv.secret_env or os.environ.get(keys.ENV_VAR) or demo):
+        raise InputError(f"no watermark key source: export the secret in ${keys.ENV_VAR}, or pass "
+                         "--secret_env=VAR / --secret_file=PATH (the key is never read from the command line)")
+    try:
+        if demo and not (fv.secret_file or fv.secret_env or os.environ.get(keys.ENV_VAR)):
+            secret = keys.Secret(keys.DEMO_SECRET)
+            print(f"{PROG}: using the PUBLIC demo secret (anyone can detect and forge its watermark)", file=stderr)
+        else:
+            secret, _ = cli_flags.secret_from_flags(fv, allow_demo=False)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    t0 = time.perf_counter()
+    inputs = read_inputs(list(fv.input) + list(paths), fmt=fv.input_format, field=fv.text_field, stdin=stdin)
+    specs = parse_detectors(fv.detector)
+    loaded = [s.loaded for s in specs if s.loaded is not None]
+    defaults = {"decoder": fv.decoder, "synthid_layers": fv.synthid_layers, "context_width": fv.context_width}
+    if loaded:  # the first saved detector supplies the settings no flag or line gives
+        prov = loaded[0].provenance
+        defaults = {"decoder": prov.decoder, "synthid_layers": prov.num_layers or fv.synthid_layers,
+                    "context_width": prov.context_width}
+    tokenizer = load_tokenizer(fv.tokenizer)
+    vocab = vocab_size(tokenizer)
+    t_read = time.perf_counter()
+    texts = [x.text for x in inputs]
+    try:
+        enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=fv.windowed)
+    except NotImplementedError:  # slow tokenizers have no offsets
+        enc = tokenizer(texts, add_special_tokens=False)
+    ids = enc["input_ids"]
+    offsets = enc.get("offset_mapping") if fv.windowed else None
+    items = []
+    for number, (x, toks) in enumerate(zip(inputs, ids)):
+        decoder, m, h = _settings_of(fv, x.record, x.where, defaults)
+        run, index = _key_of(fv, x.record, x.where, number)
+        items.append(Item(number, x.where, x.record, list(toks), None if offsets is None else offsets[number],
+                          decoder, m, h, run, index))
+    t_tok = time.perf_counter()
+    groups: dict = {}
+    for it in items:
+        groups.setdefault(it.group, []).append(it)
+    for group in groups.values():
+        _score_group(fv, secret, group, specs, vocab)
+    t_score = time.perf_counter()
+    num_tokens = sum(len(it.ids) for it in items)
+    timing = {"texts": len(items), "tokens": num_tokens, "read_seconds": t_read - t0,
+              "tokenize_seconds": t_tok - t_read, "score_seconds": t_score - t_tok,
+              "tokens_per_second": num_tokens / max(t_score - t_read, 1e-9)}
+    return [it.result for it in items], timing
+
+
+def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
+    """The tool: parses ``argv`` (``argv[0]`` is the program name) and returns the exit status."""
+    stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    fv = flags.FlagValues()
+    define_flags(fv)
+    if any(a in ("-h", "--help", "-?", "--helpfull", "--helpshort") for a in argv[1:]):
+        from wmspec_jax import detect
+
+        stdout.write(__doc__.strip() + "\n\nDetectors (--detector):\n" + detect.registry.help_text() + "\n\nFlags:\n"
+                     + fv.get_help(include_special_flags=False) + "\n")
+        return 0
+    try:
+        rest = fv(list(argv))
+    except flags.Error as e:
+        print(f"{PROG}: error: {e} (see --help)", file=stderr)
+        return 2
+    try:
+        lines, timing = detect_texts(fv, rest[1:], stdin=stdin, stderr=stderr)
+    except (InputError, ValueError, OSError) as e:
+        print(f"{PROG}: error: {e}", file=stderr)
+        return 2
+    fmt = fv.format
+    as_table = fmt == "table" or (fmt == "auto" and fv.output is None and is_terminal(stdout))
+    jsonl = [json.dumps(line, ensure_ascii=False) for line in lines]
+    if fv.output is not None:
+        from wmspec_jax import results
+
+        results.atomic_write_text(fv.output, "".join(x + "\n" for x in jsonl))
+        if fmt == "table" or (fmt == "auto" and is_terminal(stdout)):
+            write_lines(stdout, [table(lines)])
+    elif as_table:
+        write_lines(stdout, [table(lines)])
+    else:
+        write_lines(stdout, jsonl)
+    if fv.timing:
+        print(f"{PROG}: {timing['texts']} texts, {timing['tokens']} tokens: tokenize {timing['tokenize_seconds']:.2f} s, "
+              f"score {timing['score_seconds']:.2f} s (compilation included) -> "
+              f"{timing['tokens_per_second']:,.0f} tokens/s", file=stderr)
+    return 0
+
+
+def main() -> None:
+    """Console-script entry point (``wmspec-detect``)."""
+    sys.exit(run(sys.argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""absl flags shared by the experiment scripts and the command-line tools.
+
+* :func:`define_flags` / :func:`settings_from_flags`: one flag per field of
+  :class:`wmspec_jax.experiment.Settings` (the presets' settings) plus the
+  secret flags. To add a flag to every experiment script, add a field to
+  ``Settings`` and its help line to :data:`FLAG_HELP`.
+* :func:`define_secret_flags` / :func:`secret_from_flags`: where the watermark
+  secret comes from — ``--secret_env=VAR`` (default ``$WMSPEC_SECRET``) or
+  ``--secret_file=PATH``; never argv (visible to every user of the machine
+  in ``ps`` and kept in shell histories).
+* :func:`define_pair_flags`: ``--target`` / ``--draft`` / ``--dtype`` of
+  ``wmspec-generate`` (the same names and help as the experiments').
+
+Every function takes the ``flags.FlagValues`` to use (default: absl's global
+``FLAGS``); the command-line tools use a fresh one per call, so they can be
+run in-process (tests) without global state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from absl import flags
+
+from wmspec_jax import keys
+from wmspec_jax.experiment.session import log
+from wmspec_jax.experiment.settings import Settings
+
+
+FLAG_HELP = {
+    "target": "'builtin', 'toy' or a local Hugging Face checkpoint directory (target P)",
+    "draft": "'builtin', 'toy' or a local Hugging Face checkpoint directory (draft Q)",
+    "dtype": "params dtype of checkpoints: float32 or bfloat16",
+    "dataset": "builtin-eli5[:split], builtin-c4[:split], eli5:PATH or c4:PATH (wmspec_jax.data)",
+    "num_prompts": "texts per run of the speed table (Tables 1-2)",
+    "num_detection_texts": "texts per detection run (half train, half test; >= 4)",
+    "max_new_tokens": "generated tokens per text",
+    "max_prompt_tokens": "longest prompt in tokens (a longer prompt is an error, never cut silently)",
+    "batch_size": "rows per jitted generation call",
+    "lookaheads": "K values of the speed table",
+    "detect_lookahead": "K of the detection runs",
+    "gumbel_temperature": "temperature of the Gumbel-max runs (paper: 0.5)",
+    "synthid_temperature": "temperature of the SynthID runs (paper: 0.7)",
+    "synthid_layers": "SynthID tournament layers m (paper: 30)",
+    "synthid_mixture": "Bayesian SynthID detectors: 'layer' (the paper's per-(token, layer) mixture, App. D "
+                       "Eq. 17) or 'token' (one source per token)",
+    "top_k": "top-k for P and Q (0: none)",
+    "stop_at_eos": "stop a text at the EOS token (default: fixed-length texts)",
+    "tpr_lengths": "token lengths of the TPR curves",
+    "roc_length_gumbel": "tokens of the Gumbel ROC curves (paper: 200)",
+    "roc_length_synthid": "tokens of the SynthID ROC curves (paper: 100)",
+    "num_resamples": "bootstrap resamples of the TPR intervals",
+    "seed": "seed of prompt choice and true randomness",
+}
+SECRET_FLAGS = {
+    "secret_env": f"name of the environment variable holding the watermark secret (default {keys.ENV_VAR})",
+    "secret_file": "file holding the watermark secret (its text without the final newline)",
+}
+
+
+def define_secret_flags(fv: flags.FlagValues = flags.FLAGS, *, demo_flag: bool = False) -> None:
+    """``--secret_env`` and ``--secret_file`` (and, with ``demo_flag``, ``--demo_secret``)."""
+    for name, help_ in SECRET_FLAGS.items():
+        flags.DEFINE_string(name, None, help_, flag_values=fv)
+    if demo_flag:
+        flags.DEFINE_bool("demo_secret", False, f"use the PUBLIC demo secret {keys.DEMO_SECRET!r} of the quick "
+                          "experiments (anyone can detect and forge its watermark)", flag_values=fv)
+
+
+def secret_from_flags(fv: flags.FlagValues = flags.FLAGS, *, allow_demo: bool) -> tuple:
+    """(:class:`wmspec_jax.keys.Secret`, where it came from): ``--secret_file``, else the environment
+    variable (``--secret_env``, default ``$WMSPEC_SECRET``), else — only with ``allow_demo`` — the
+    public demo secret. Raises ValueError (bad or unreadable file, unset variable, no key source)."""
+    try:
+        return keys.resolve(fv["secret_env"].value, fv["secret_file"].value, allow_demo=allow_demo)
+    except UnicodeDecodeError:
+        raise ValueError(f"the watermark secret file {fv['secret_file'].value} is not UTF-8 text") from None
+
+
+def define_pair_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
+    """``--target``, ``--draft`` and ``--dtype`` (defaults: the built-in pair, float32)."""
+    flags.DEFINE_string("target", "builtin", FLAG_HELP["target"], flag_values=fv)
+    flags.DEFINE_string("draft", "builtin", FLAG_HELP["draft"], flag_values=fv)
+    flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], FLAG_HELP["dtype"], flag_values=fv)
+
+
+def define_flags(defaults: Settings = Settings(), *, required_defaults: bool = True,
+                 fv: flags.FlagValues = flags.FLAGS) -> None:
+    """Defines one absl flag per :class:`Settings` field, plus ``--secret_env`` / ``--secret_file``.
+
+    There is no flag for the secret itself: argv is visible to every user of
+    the machine (``ps``) and lands in shell histories.
+    With ``required_defaults=False`` every flag defaults to ``None`` (the
+    caller fills unset ones from a preset, see ``experiments/reproduce.py``).
+    """
+    for field in dataclasses.fields(Settings):
+        if field.name == "secret":
+            continue
+        value = getattr(defaults, field.name) if required_defaults else None
+        help_ = FLAG_HELP[field.name]
+        kw = dict(flag_values=fv)
+        if field.name in ("lookaheads", "tpr_lengths"):
+            flags.DEFINE_list(field.name, None if value is None else [str(v) for v in value], help_, **kw)
+        elif field.type in ("int", "Optional[int]"):
+            flags.DEFINE_integer(field.name, None if value is None else (value or 0), help_, **kw)
+        elif field.type == "float":
+            flags.DEFINE_float(field.name, value, help_, **kw)
+        elif field.type == "bool":
+            flags.DEFINE_bool(field.name, value, help_, **kw)
+        else:
+            flags.DEFINE_string(field.name, value, help_, **kw)
+    define_secret_flags(fv)
+
+
+def settings_from_flags(base: Settings = Settings(), *, allow_demo_secret: bool = True,
+                        fv: flags.FlagValues = flags.FLAGS) -> Settings:
+    """:class:`Settings` from the parsed flags; unset (None) flags keep ``base``.
+
+    The secret comes from ``--secret_file``, else the environment variable
+    (``--secret_env``, default ``$WMSPEC_SECRET``), else the public demo
+    secret with a warning — refused when ``allow_demo_secret=False`` (the
+    paper preset). Invalid values raise ``absl.app.UsageError`` naming the flag.
+    """
+    from absl import app
+
+    values = {}
+    for field in dataclasses.fields(Settings):
+        if field.name == "secret":
+            continue
+        v = fv[field.name].value
+        if v is None:
+            continue
+        if field.name in ("lookaheads", "tpr_lengths"):
+            try:
+                v = tuple(int(x) for x in v)
+            except ValueError:
+                raise app.UsageError(f"--{field.name} must be a comma-separated list of ints, got {v}") from None
+        if field.name == "top_k":
+            v = v or None
+        values[field.name] = v
+    try:
+        secret, source = secret_from_flags(fv, allow_demo=allow_demo_secret)
+        settings = dataclasses.replace(base, secret=secret, **values)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+    log(f"watermark secret from {source} (fingerprint {secret.fingerprint})")
+    return settings
+
+
+def define_robustness_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
+    """``--edits``, ``--edit_rates``, ``--reorder_span``, ``--num_auc_resamples`` of ``experiments/robustness.py``."""
+    from wmspec_jax.experiment.robustness import RobustnessSettings
+
+    d = RobustnessSettings()
+    flags.DEFINE_list("edits", list(d.edits), "edits to apply: substitute, insert, delete, reorder, mix",
+                      flag_values=fv)
+    flags.DEFINE_list("edit_rates", [f"{r:g}" for r in d.rates], "edit rates in [0, 1] (mix: share of human "
+                      "tokens); 0 reproduces the detection experiment", flag_values=fv)
+    flags.DEFINE_integer("reorder_span", d.span, "tokens per span of the reorder edit", flag_values=fv)
+    flags.DEFINE_integer("num_auc_resamples", d.num_auc_resamples, "bootstrap resamples of the AUC intervals",
+                         flag_values=fv)
+
+
+def robustness_settings_from_flags(fv: flags.FlagValues = flags.FLAGS):
+    """:class:`wmspec_jax.experiment.robustness.RobustnessSettings` from the parsed flags (UsageError if invalid)."""
+    from absl import app
+
+    from wmspec_jax.experiment.robustness import RobustnessSettings
+
+    try:
+        rates = tuple(float(x) for x in fv.edit_rates)
+        return RobustnessSettings(edits=tuple(fv.edits), rates=rates, span=fv.reorder_span,
+                                  num_auc_resamples=fv.num_auc_resamples)
+    except ValueError as e:
+        raise app.UsageError(str(e)) from None
+
+
+__all__ = ["FLAG_HELP", "SECRET_FLAGS", "define_flags", "define_pair_flags", "define_robustness_flags",
+           "define_secret_flags", "robustness_settings_from_flags", "secret_from_flags", "settings_from_flags"]

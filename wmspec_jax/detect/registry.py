@@ -1,0 +1,169 @@
+"""The one registry of detectors, shared by the CLI, the experiments and the notebooks.
+
+Every detector is a small typed object (:class:`.common.Detector`) with a
+``score(stats, *, source=None, rng=None) -> Scores`` method. This module maps
+
+* user-facing **names** (``wmspec-detect --detector=NAME``, the experiments'
+  detector sets) to how a detector is made: built from its settings alone
+  (key-only detectors: single stream, Ars-τ with a given τ, Ars-Prior with a
+  given p, the SynthID mean tests) or fitted on training data and loaded from
+  a saved file (soft, the Bayesian detectors; Ars-τ with a *fitted* τ);
+* saved **kinds** (the ``kind`` field of ``wmspec-detector-v2`` files) to
+  their class, so :func:`from_saved` rebuilds any saved detector.
+
+The default per decoder (:data:`DEFAULTS`) is the best detector that needs
+neither training data nor generation records: Ars-Prior (Eq. 12) for
+Gumbel-max — Ars-τ needs a τ fitted on watermarked texts, which the detection
+experiment saves (``detectors/gumbel-ars-tau.npz``) — and the mean g-value
+of both streams for SynthID (exact p-value).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Optional
+
+from wmspec_jax.detect import gumbel, synthid
+from wmspec_jax.detect.common import Detector
+from wmspec_jax.detect.provenance import Provenance
+
+CLASSES = {cls.kind: cls for cls in (gumbel.SingleStream, gumbel.ArsTau, gumbel.ArsPrior, gumbel.Oracle,
+                                     gumbel.Soft, synthid.MeanTest, synthid.Bayes)}
+"""Saved kind -> detector class."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One registered detector name.
+
+    Attributes:
+      name: the user-facing name.
+      decoder: ``"gumbel"`` or ``"synthid"``.
+      summary: one line for help texts.
+      build: makes the detector from a provenance and options (None: it must
+        be fitted — pass a saved file).
+      options: the option names ``build`` accepts (with their defaults).
+      needs_source: scoring needs generation records (the Oracles).
+      paper: where the paper defines it ("" for detectors beyond the paper).
+    """
+
+    name: str
+    decoder: str
+    summary: str
+    build: Optional[Callable[..., Detector]] = None
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    needs_source: bool = False
+    paper: str = ""
+
+    @property
+    def trained(self) -> bool:
+        return self.build is None
+
+
+def _entries():
+    g, s = "gumbel", "synthid"
+    return [
+        Entry("single", g, "y^T of every token: the basic (non-speculative) watermark", 
+              lambda prov: gumbel.SingleStream(prov), paper="Sec. 4.2"),
+        Entry("ars-tau", g, "y^D if u < tau else y^T; tau from a saved detector or --tau",
+              lambda prov, tau=0.5: gumbel.ArsTau(prov, tau), {"tau": 0.5}, paper="Eq. 11"),
+        Entry("ars-prior", g, "y^D with probability p per token (random, independent of the y's)",
+              lambda prov, draft_fraction=0.5, seed=0: gumbel.ArsPrior(prov, draft_fraction, seed),
+              {"draft_fraction": 0.5, "seed": 0}, paper="Eq. 12"),
+        Entry("oracle", g, "the true stream of each token (needs generation records)",
+              lambda prov: gumbel.Oracle(prov), needs_source=True, paper="Sec. 4.2"),
+        Entry("soft", g, "per-token likelihood ratio using u; fitted (saved detector)"),
+        Entry("soft-oracle", g, "the soft statistic with the true sources; fitted (saved detector)",
+              needs_source=True),
+        Entry("synthid-mean", s, "mean g-value of both streams, exact p-value",
+              lambda prov: synthid.MeanTest(prov, "both"), paper="Sec. 2 (mean score)"),
+        Entry("synthid-mean-target", s, "mean g-value of the target stream: the basic watermark",
+              lambda prov: synthid.MeanTest(prov, "target"), paper="Sec. 2 (mean score)"),
+        Entry("synthid-weighted-mean", s, "SynthID's weighted mean of both streams (exact / bounded p-value)",
+              lambda prov: synthid.MeanTest(prov, "both", weighted=True)),
+        Entry("bayes-prior", s, "Bayes-Prior; trained (saved detector)", paper="App. D"),
+        Entry("bayes-mlp", s, "Bayes-MLP; trained (saved detector)", paper="App. D"),
+        Entry("bayes-oracle", s, "Bayesian Oracle; trained (saved detector), needs generation records",
+              needs_source=True, paper="App. D"),
+        Entry("bayes-single", s, "single-stream Bayesian detector; trained (saved detector)", paper="App. D"),
+    ]
+
+
+ENTRIES = {e.name: e for e in _entries()}
+"""Name -> :class:`Entry`."""
+
+DEFAULTS = {"gumbel": "ars-prior", "synthid": "synthid-mean"}
+"""The default detector of each decoder (module doc)."""
+
+
+def names(decoder: Optional[str] = None, *, buildable: Optional[bool] = None) -> list:
+    """Registered names, optionally of one decoder and only those buildable from settings (or only trained)."""
+    return [n for n, e in ENTRIES.items() if (decoder is None or e.decoder == decoder)
+            and (buildable is None or buildable != e.trained)]
+
+
+def entry(name: str) -> Entry:
+    if name not in ENTRIES:
+        raise ValueError(f"unknown detector {name!r}; known: {', '.join(ENTRIES)} (or a saved detector file)")
+    return ENTRIES[name]
+
+
+def make(name: str, provenance: Provenance, **options) -> Detector:
+    """The detector ``name`` built from its settings (key-only detectors).
+
+    Args:
+      name: a registered name (:data:`ENTRIES`) whose detector needs no
+        training (trained ones come from :func:`wmspec_jax.detect.load_detector`).
+      provenance: the settings of the statistics it will score (decoder, m,
+        h; key fingerprint if known).
+      options: the entry's options (e.g. ``tau=0.4``, ``draft_fraction=0.3``).
+
+    Raises:
+      ValueError: unknown name or option, a trained detector, or a provenance
+        of the other decoder.
+    """
+    e = entry(name)
+    if not isinstance(provenance, Provenance):
+        raise TypeError(f"expected a Provenance, got {type(provenance).__name__}")
+    if provenance.decoder != e.decoder:
+        raise ValueError(f"detector {name!r} is a {e.decoder} detector; the statistics are {provenance.decoder}")
+    if e.trained:
+        raise ValueError(f"detector {name!r} is fitted on training data: load a saved one "
+                         "(experiments/detection.py writes them to <output_dir>/detectors/)")
+    unknown = set(options) - set(e.options)
+    if unknown:
+        raise ValueError(f"detector {name!r} takes options {sorted(e.options) or 'none'}, got {sorted(unknown)}")
+    return e.build(provenance, **options)
+
+
+def from_saved(kind: str, config: Mapping[str, Any], params: Mapping[str, Any]) -> Detector:
+    """Rebuilds a detector from its saved kind, config and arrays (:mod:`.io`)."""
+    if kind not in CLASSES:
+        raise ValueError(f"unknown detector kind {kind!r} (known: {sorted(CLASSES)})")
+    return CLASSES[kind].from_saved(dict(config), dict(params))
+
+
+def name_of(detector: Detector) -> str:
+    """The registered name of a detector object (e.g. ``"bayes-mlp"``, ``"soft-oracle"``)."""
+    if isinstance(detector, synthid.Bayes):
+        return f"bayes-{detector.bayes_config.mode}"
+    if isinstance(detector, gumbel.Soft):
+        return "soft-oracle" if detector.oracle else "soft"
+    if isinstance(detector, synthid.MeanTest):
+        if detector.weighted:
+            return "synthid-weighted-mean"
+        return "synthid-mean" if detector.streams == "both" else f"synthid-mean-{detector.streams}"
+    return {"single": "single", "ars_tau": "ars-tau", "ars_prior": "ars-prior",
+            "gumbel_oracle": "oracle"}[detector.kind]
+
+
+def help_text() -> str:
+    """The registry as lines for ``--help``."""
+    lines = []
+    for e in ENTRIES.values():
+        opts = f" [{', '.join(f'{k}={v}' for k, v in e.options.items())}]" if e.options else ""
+        lines.append(f"  {e.name:22s} {e.decoder:7s} {e.summary}{opts}")
+    return "\n".join(lines)
+
+
+__all__ = ["CLASSES", "DEFAULTS", "ENTRIES", "Entry", "entry", "from_saved", "help_text", "make", "name_of", "names"]

@@ -1,0 +1,100 @@
+"""Fig. 2 (TPR at 1 % FPR vs length) and Fig. 5 (ROC) for Alg. 1 with each decoder
+(``experiments/detection.py``; protocol in :mod:`wmspec_jax.evaluation`).
+
+Outputs under the session's directory: ``detection.json`` / ``.csv``,
+``tpr_vs_length.png``, ``roc.png`` and the fitted detectors
+``detectors/*.npz`` (key-free, with their provenance), which
+``wmspec-detect --detector=PATH`` and the robustness experiment reuse.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+
+from wmspec_jax import detect, evaluation, prf, results, runs
+from wmspec_jax.experiment.plots import plot_detection
+from wmspec_jax.experiment.session import Session, log
+from wmspec_jax.experiment.settings import GUMBEL, SYNTHID, Settings
+from wmspec_jax.experiment.tables import write_csv
+
+DETECTORS_DIR = "detectors"
+
+
+def detection_runs(s: Settings, decoder: str) -> tuple:
+    """(positives, negatives): Alg. 1 and standard speculative sampling at K = ``detect_lookahead``."""
+    t = s.temperature(decoder)
+    return (runs.RunSpec("pseudorandom", decoder, s.detect_lookahead, t, s.synthid_layers),
+            runs.RunSpec("standard", decoder, s.detect_lookahead, t, s.synthid_layers))
+
+
+def detection_texts(session: Session, decoder: str) -> dict:
+    """The detection experiment's texts of one decoder (generated where missing).
+
+    Returns:
+      dict of :func:`wmspec_jax.evaluation.texts_from_records` dicts —
+      ``ptr``, ``pte`` (Alg. 1, train / test halves), ``ntr``, ``nte``
+      (standard speculative sampling), ``htr``, ``hte`` (human answers of the
+      same prompts, or None) — every text keyed with the positive run's key of
+      its index; plus ``runs`` (positive, negative :class:`RunSpec`).
+    """
+    s = session.settings
+    pos_run, neg_run = detection_runs(s, decoder)
+    pos = session.records(pos_run, s.num_detection_texts)
+    neg = session.records(neg_run, s.num_detection_texts)
+    (ptr, pte), (ntr, nte) = evaluation.split_half(pos), evaluation.split_half(neg)
+
+    def texts(recs):  # every text is scored under the positive run's key of its index
+        return evaluation.texts_from_records(recs, session.prompts,
+                                             session.keys_for(pos_run, [r["index"] for r in recs]))
+
+    t = {"ptr": texts(ptr), "pte": texts(pte), "ntr": texts(ntr), "nte": texts(nte), "runs": (pos_run, neg_run)}
+    p_draft = detect.draft_fraction(t["ptr"]["source"], t["ptr"]["source"] >= 0)
+    rng = jax.random.key(s.seed + 7)
+    human_ids = session.human_token_ids(s.num_detection_texts)
+    for name, part in (("htr", ptr), ("hte", pte)):
+        idx = evaluation.with_human(human_ids, [r["index"] for r in part])
+        t[name] = (evaluation.texts_from_human(session.prompts, session.prompt_lengths, human_ids, idx,
+                                               session.keys_for(pos_run, idx), p_draft,
+                                               jax.random.fold_in(rng, len(name)))
+                   if idx else None)
+    return t
+
+
+def run_detection(session: Session) -> dict:
+    """Fig. 2 (TPR at 1 % FPR vs length) and Fig. 5 (ROC) for both decoders; FPR on model and human negatives."""
+    s, pair = session.settings, session.pair
+    out = {"settings": s.public(), "pair": pair.name}
+    detector_dir = os.path.join(session.output_dir, DETECTORS_DIR)
+    for dec in (GUMBEL, SYNTHID):
+        t = detection_texts(session, dec)
+        pos_run, neg_run = t["runs"]
+        common = dict(lengths=s.tpr_lengths, vocab_size=pair.vocab_size, context_width=prf.DEFAULT_CONTEXT_WIDTH,
+                      seed=s.seed, num_resamples=s.num_resamples, save_dir=detector_dir)
+        log(f"detection: scoring {dec} ({sum(len(t[k]['indices']) for k in ('ptr', 'pte'))} watermarked, "
+            f"{sum(len(t[k]['indices']) for k in ('ntr', 'nte'))} unwatermarked, "
+            f"{sum(len(t[k]['indices']) for k in ('htr', 'hte') if t[k])} human texts)")
+        if dec == GUMBEL:
+            res = evaluation.evaluate_gumbel(t["ptr"], t["pte"], t["nte"], roc_length=s.roc_length_gumbel,
+                                             test_human=t["hte"], **common)
+        else:
+            res = evaluation.evaluate_synthid(t["ptr"], t["ntr"], t["pte"], t["nte"], num_layers=s.synthid_layers,
+                                              roc_length=s.roc_length_synthid, train_human=t["htr"],
+                                              test_human=t["hte"], mixture=s.synthid_mixture, **common)
+        res.update(positives=pos_run.name, negatives_run=neg_run.name, temperature=pos_run.temperature)
+        out[dec] = res
+    results.atomic_write_json(os.path.join(session.output_dir, "detection.json"), out)
+    rows = []
+    for dec in (GUMBEL, SYNTHID):
+        for name, curve in out[dec]["tpr"].items():
+            for length, est in zip(out[dec]["lengths"], curve):
+                rows.append({"decoder": dec, "detector": name, "tokens": length, "tpr": est["value"],
+                             "tpr_lower": est["lower"], "tpr_upper": est["upper"]})
+    write_csv(os.path.join(session.output_dir, "detection.csv"), rows)
+    plot_detection(out, os.path.join(session.output_dir, "tpr_vs_length.png"),
+                   os.path.join(session.output_dir, "roc.png"))
+    return out
+
+
+__all__ = ["DETECTORS_DIR", "detection_runs", "detection_texts", "run_detection"]

@@ -1,0 +1,61 @@
+"""Tables of the experiments: CSV files and the markdown the scripts print (and the README quotes)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Sequence
+
+from wmspec_jax import results
+from wmspec_jax.experiment.settings import GUMBEL, SYNTHID
+
+
+def write_csv(path: str, rows: Sequence[dict]) -> None:
+    """Rows (dicts with the same keys) as a CSV file, written atomically."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    results.atomic_write_text(path, buf.getvalue())
+
+
+def speculative_markdown(rows: Sequence[dict]) -> str:
+    """Tables 1-2 as markdown: one line per run, mean ± 95 % CI half-width."""
+    lines = ["| decoder (T) | K | method | AATPS | PTT (ms) | LOGPPL |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        dec = "Gumbel-max" if r["decoder"] == GUMBEL else "SynthID"
+        lines.append(f"| {dec} ({r['temperature']:g}) | {r['lookahead'] or '-'} | {r['method']} | "
+                     f"{r['aatps']:.2f} ± {r['aatps_ci']:.2f} | {r['ptt_ms']:.1f} ± {r['ptt_ms_ci']:.1f} | "
+                     f"{r['logppl']:.2f} ± {r['logppl_ci']:.2f} |")
+    return "\n".join(lines)
+
+
+def detection_markdown(out: dict) -> str:
+    """TPR at 1 % FPR per length and detector (value [95 % CI]) and the FPR on each set of negatives."""
+    blocks = []
+    for dec in (GUMBEL, SYNTHID):
+        res = out[dec]
+        if dec == GUMBEL:
+            head = "Gumbel-max"
+            how = "threshold p <= 0.01 (exact null)"
+            fpr = res["fpr_at_alpha"]
+        else:
+            head = f"SynthID (m={res['num_layers']}, {res['mixture']} mixture)"
+            how = (f"threshold: 1% FPR on the {res['negatives']} test negatives with at least that many tokens "
+                   f"({', '.join(map(str, res['negatives_per_length']))} of them per length)")
+            fpr = res["fpr_at_threshold"]
+        lines = [f"**{head}**, T = {res['temperature']:g}: {res['test_texts']} watermarked test texts, "
+                 f"{res['test_negatives']} unwatermarked model texts, {res['test_human_negatives']} human texts; "
+                 f"{how}", "", "| detector | " + " | ".join(f"{n} tokens" for n in res["lengths"]) +
+                 f" | AUC at {res['roc_length']} | " + " | ".join(f"FPR on {k}" for k in fpr) + " |",
+                 "|---" * (len(res["lengths"]) + 2 + len(fpr)) + "|"]
+        for name, curve in res["tpr"].items():
+            cells = [f"{e['value']:.2f} [{e['lower']:.2f}, {e['upper']:.2f}]" for e in curve]
+            rates = [f"{f[name]['flagged']}/{f[name]['negatives']}" for f in fpr.values()]
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {res['roc'][name]['auc']:.3f} | "
+                         + " | ".join(rates) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+__all__ = ["detection_markdown", "speculative_markdown", "write_csv"]
