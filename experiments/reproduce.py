@@ -40,7 +40,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wmspec_jax import experiment, results  # noqa: E402
+from wmspec_jax import experiment, results, sharding  # noqa: E402
 from wmspec_jax.cli import flags as script_flags  # noqa: E402
 
 PARTS = ("tradeoff", "speculative", "detection")
@@ -63,6 +63,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    sharding.maybe_initialize_distributed()  # a multi-process launch joins one JAX runtime first
     unknown = set(FLAGS.skip) - set(PARTS)
     if unknown:
         raise app.UsageError(f"--skip: unknown parts {sorted(unknown)}")

@@ -24,7 +24,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wmspec_jax import experiment  # noqa: E402
+from wmspec_jax import experiment, sharding  # noqa: E402
 from wmspec_jax.cli import flags as script_flags  # noqa: E402
 
 script_flags.define_flags()
@@ -34,6 +34,7 @@ flags.DEFINE_string("output_dir", "results/speculative", "where outputs go")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    sharding.maybe_initialize_distributed()  # a multi-process launch joins one JAX runtime first
     settings = script_flags.settings_from_flags()
     with experiment.Session(settings, flags.FLAGS.output_dir, parts=("speculative",)) as session:
         summary = experiment.run_speculative(session)

@@ -129,3 +129,59 @@ def test_batch_size_must_split_evenly_over_the_data_axis():
     with pytest.raises(ValueError, match="multiple of the mesh's data axis"):
         runs.generate_run(runs.RunSpec("standard", "gumbel", 2, 0.7), dataclasses.replace(pair, mesh=Mesh()),
                           prompts, lengths, store, secret="s", seed=0, max_new_tokens=4, batch_size=3)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_write_their_shards_and_merge_into_the_single_process_records(tmp_path):
+    """A real multi-process run (jax.distributed on CPU, one device per process, --mesh=data=2) of
+    experiments/speculative.py: each process writes its rows to its own file, process 0 alone writes the
+    shared outputs and merges; the records equal a single-process run's."""
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
+                          "speculative.py")
+    args = ["--target=toy", "--draft=toy", "--num_prompts=4", "--batch_size=2", "--lookaheads=2",
+            "--max_new_tokens=8", "--synthid_layers=4"]
+    env = dict(os.environ, JAX_PLATFORMS="cpu", WMSPEC_SECRET="multi-process-test")
+    env.pop("XLA_FLAGS", None)
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, script, *args, "--mesh=data=2", f"--output_dir={tmp_path / 'multi'}"],
+                              env=dict(env, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
+                                       JAX_PROCESS_ID=str(i)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    single = subprocess.run([sys.executable, script, *args, f"--output_dir={tmp_path / 'single'}"], env=env,
+                            capture_output=True, text=True, timeout=300)
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert single.returncode == 0, single.stderr[-2000:]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+
+    def records(path):
+        with open(path) as f:
+            return {r["id"]: (r["tokens"], r["source"]) for r in map(json.loads, f)}
+
+    multi = tmp_path / "multi"
+    shards = [records(multi / f"generations.{i}.jsonl") for i in range(2)]
+    assert shards[0] and shards[1] and not set(shards[0]) & set(shards[1])
+    # Each batch of 2 rows is split over data=2: process i holds row i of every batch.
+    assert {int(k.split("/")[1]) for k in shards[0]} == {0, 2}
+    merged = records(multi / "generations.jsonl")
+    assert merged == {**shards[0], **shards[1]} == records(tmp_path / "single" / "generations.jsonl")
+    assert (multi / "speculative.json").exists() and sorted(p.name for p in multi.glob(".lock*")) == [".lock.0",
+                                                                                                     ".lock.1"]
+
+
+def test_mesh_setting_is_checked_when_built():
+    from wmspec_jax import experiment
+
+    with pytest.raises(ValueError, match="--mesh"):
+        experiment.Settings(mesh="data=2,tensor=4")
+    with pytest.raises(ValueError, match="multiple of the mesh's data axis"):
+        experiment.Settings(mesh="data=3", batch_size=8)
+    assert experiment.Settings(mesh="data=2,model=4").mesh == "data=2,model=4"

@@ -69,8 +69,10 @@ class ModelPair:
 def _replicated(tree, mesh):
     if mesh is None:
         return tree
+    from wmspec_jax import sharding
+
     spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return jax.tree_util.tree_map(lambda x: jax.device_put(x, spec), tree)
+    return jax.tree_util.tree_map(lambda x: sharding.place(x, spec), tree)
 
 
 def _toy_pair(mesh=None) -> ModelPair:

@@ -18,6 +18,10 @@ resumable JSONL that never loses a valid record, confidence intervals.
   (count and line numbers, :attr:`JsonlStore.bad_lines`); only a torn *last*
   line — a write interrupted by a kill, recognisable by its missing newline —
   is cut off. Each :meth:`JsonlStore.add` is one ``write`` + ``fsync``.
+* Several processes of one run (``jax.distributed``): only process 0 writes
+  files (:func:`is_output_writer`; the others' ``atomic_write`` returns
+  without writing — they compute the same outputs); each process appends its
+  own rows to its own JSONL (:func:`wmspec_jax.runs.open_generations`).
 """
 
 from __future__ import annotations
@@ -50,8 +54,23 @@ LOCK_NAME = ".lock"
 # ---------------------------------------------------------------------------
 
 
+def is_output_writer() -> bool:
+    """False only in a multi-process JAX run on processes other than 0 (module doc).
+
+    Never starts a JAX backend: a program that has not initialised
+    ``jax.distributed`` is a single process.
+    """
+    jax = sys.modules.get("jax")
+    if jax is None or not jax.distributed.is_initialized():
+        return True
+    return jax.process_index() == 0
+
+
 def atomic_write(path, write: Callable[[IO[bytes]], None]) -> pathlib.Path:
     """Writes a file atomically: ``write(f)`` fills a temporary file that then replaces ``path``.
+
+    On a process other than 0 of a multi-process run it writes nothing
+    (:func:`is_output_writer`): one writer per output directory.
 
     Args:
       path: destination (parent directories are created).
@@ -64,6 +83,8 @@ def atomic_write(path, write: Callable[[IO[bytes]], None]) -> pathlib.Path:
       an existing ``path`` is left untouched.
     """
     path = pathlib.Path(path)
+    if not is_output_writer():
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     # os.open applies the umask (mkstemp would create 0600 files)
@@ -412,6 +433,6 @@ def batched(items: list, size: int) -> Iterator[list]:
 
 
 __all__ = [
-    "DirectoryLock", "FileLock", "JsonlStore", "OutputDirLocked", "Progress", "atomic_savefig", "atomic_savez", "atomic_write",
+    "DirectoryLock", "FileLock", "JsonlStore", "is_output_writer", "OutputDirLocked", "Progress", "atomic_savefig", "atomic_savez", "atomic_write",
     "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "batched", "mean_ci",
 ]

@@ -114,12 +114,21 @@ def make_mesh(spec: MeshSpec | str = "", devices: Sequence[Any] | None = None) -
                          devices=devices)
 
 
-def _put(x, sharding: NamedSharding):
+def place(x, sharding: NamedSharding):
+    """``x`` (a host value or a jax.Array, typed PRNG keys included) laid out as ``sharding``.
+
+    Across processes every process passes the same value and supplies only
+    the shards of its own devices (``device_put`` cannot target devices of
+    other processes).
+    """
     if isinstance(x, jax.Array):
-        return jax.device_put(x, sharding)
-    x = np.asarray(x)
-    # Every process passes the same host value and supplies only its own shards.
+        if sharding.is_fully_addressable:
+            return jax.device_put(x, sharding)
+    else:
+        x = np.asarray(x)
     return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+
 
 
 def shard_params(params: dict, config: TransformerConfig, mesh: Mesh) -> dict:
@@ -129,7 +138,7 @@ def shard_params(params: dict, config: TransformerConfig, mesh: Mesh) -> dict:
     places each tensor as it is read instead of going through one device.
     """
     shardings = partitioning.param_shardings(config, mesh)
-    return jax.tree_util.tree_map(_put, params, shardings)
+    return jax.tree_util.tree_map(place, params, shardings)
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 1) -> NamedSharding:
@@ -151,7 +160,7 @@ def shard_batch(arrays, mesh: Mesh):
         if not shape or shape[0] % data:
             raise ValueError(f"a batch of shape {shape} cannot be split over data={data}: "
                              "the number of rows must be a multiple of the data axis")
-        return _put(x, batch_sharding(mesh, len(shape)))
+        return place(x, batch_sharding(mesh, len(shape)))
 
     return jax.tree_util.tree_map(put, arrays)
 

@@ -51,6 +51,8 @@ FLAG_HELP = {
     "roc_length_synthid": "tokens of the SynthID ROC curves (paper: 100)",
     "num_resamples": "bootstrap resamples of the TPR intervals",
     "seed": "seed of prompt choice and true randomness",
+    "mesh": "devices as 'data=D,model=M': the batch split over data, the models tensor-parallel over model "
+            "(docs/sharding.md); '' = one device. Tokens do not depend on it",
 }
 SECRET_FLAGS = {
     "secret_env": f"name of the environment variable holding the watermark secret (default {keys.ENV_VAR})",

@@ -11,16 +11,29 @@ another secret (by its fingerprint). All parts share one record store,
 ``<output_dir>/generations.jsonl`` (:mod:`wmspec_jax.runs`), so a rerun (or
 an interrupted run) only generates what is missing, and the Alg. 1 texts of
 Tables 1-2 are the positives of detection and robustness.
+
+With ``--mesh`` the pair is placed on a ``data`` x ``model`` mesh
+(``docs/sharding.md``). A multi-process run (the scripts call
+:func:`wmspec_jax.sharding.maybe_initialize_distributed` first) opens one
+session per process: each holds its own lock file and appends its rows to
+``generations.<process_index>.jsonl`` (:func:`wmspec_jax.runs.open_generations`);
+every process knows every record, computes the same tables, and only
+process 0 writes the shared files (:func:`wmspec_jax.results.is_output_writer`).
+When the session ends without an error, process 0 appends the shards to
+``generations.jsonl`` (:func:`wmspec_jax.runs.merge_generations`).
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import time
 from typing import Optional, Sequence
 
-from wmspec_jax import data, keys, pairs, results, runs
+import jax
+
+from wmspec_jax import data, keys, pairs, results, runs, sharding
 from wmspec_jax.experiment.settings import GENERATION_FIELDS, PARTS, Settings, prompts_needed
 
 
@@ -71,7 +84,7 @@ class Session:
     def __init__(self, s: Settings, output_dir: str, pair: Optional[pairs.ModelPair] = None,
                  parts: Sequence[str] = PARTS):
         self.settings, self.output_dir, self.parts = s, output_dir, tuple(parts)
-        self._lock = results.DirectoryLock(output_dir)
+        self._lock = results.DirectoryLock(output_dir, sharding.process_shard_name(results.LOCK_NAME))
         try:
             self._open(pair)
         except BaseException:
@@ -82,7 +95,7 @@ class Session:
         s, output_dir = self.settings, self.output_dir
         prompt_set = preflight(s, self.parts)
         settings_path = os.path.join(output_dir, "settings.json")
-        if os.path.exists(settings_path) and os.path.exists(os.path.join(output_dir, "generations.jsonl")):
+        if os.path.exists(settings_path) and glob.glob(os.path.join(glob.escape(output_dir), "generations*.jsonl")):
             with open(settings_path, encoding="utf-8") as f:
                 old = json.load(f)
             changed = {k: (old.get(k), v) for k, v in s.public().items()
@@ -97,15 +110,33 @@ class Session:
         need = prompts_needed(s, self.parts)
         self.prompt_set = prompt_set.take(need, seed=s.seed)
         t0 = time.perf_counter()
-        self.pair = pair or pairs.load_pair(s.target, s.draft, s.dtype)
+        mesh = sharding.make_mesh(s.mesh) if s.mesh else None
+        if mesh is not None and s.batch_size % mesh.shape[sharding.DATA]:
+            raise ValueError(f"--batch_size={s.batch_size} must be a multiple of the mesh's data axis "
+                             f"({mesh.shape[sharding.DATA]})")
+        self.pair = pair or pairs.load_pair(s.target, s.draft, s.dtype, mesh=mesh)
         log(f"pair {self.pair.name} ready in {time.perf_counter() - t0:.1f}s; "
             f"{need} prompts from {prompt_set.name}")
         self.prompts, self.prompt_lengths = pairs.encode_prompts(
             self.pair, self.prompt_set.prompts, self.prompt_set.kind, s.max_prompt_tokens)
         results.atomic_write_json(settings_path, s.public())
-        self.store = results.JsonlStore(os.path.join(output_dir, "generations.jsonl"))
+        self.store = runs.open_generations(output_dir)
         if self.store.load_report():
             log(self.store.load_report())
+
+    def finish(self) -> None:
+        """Merges every process's records into ``generations.jsonl`` (module doc) and closes."""
+        try:
+            if jax.process_count() > 1:
+                from jax.experimental import multihost_utils
+
+                multihost_utils.sync_global_devices("wmspec_jax: generations written")
+            if results.is_output_writer() and getattr(self, "store", None) is not None:
+                merged = runs.merge_generations(self.store, self.output_dir)
+                if merged:
+                    log(f"appended {merged} records of other processes to generations.jsonl")
+        finally:
+            self.close()
 
     def close(self) -> None:
         """Releases the output directory (records and outputs stay)."""
@@ -116,8 +147,11 @@ class Session:
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.finish()
+        else:
+            self.close()
 
     def records(self, run: runs.RunSpec, num_texts: int) -> list:
         s = self.settings

@@ -56,6 +56,7 @@ class Settings:
     roc_length_synthid: int = 100
     num_resamples: int = 1000
     seed: int = 0
+    mesh: str = ""  # "data=D,model=M" (docs/sharding.md); "" = one device
     secret: keys.Secret = dataclasses.field(default=keys.Secret(keys.DEMO_SECRET), repr=False)
 
     def __post_init__(self):
@@ -104,6 +105,18 @@ class Settings:
                 raise ValueError(f"--{name} must be a non-empty string")
         if self.dtype not in ("float32", "bfloat16"):
             raise ValueError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}")
+        if not isinstance(self.mesh, str):
+            raise ValueError(f"--mesh must be a string like 'data=2,model=4', got {self.mesh!r}")
+        if self.mesh:
+            from wmspec_jax import sharding
+
+            try:
+                spec = sharding.parse_mesh_spec(self.mesh)
+            except ValueError as e:
+                raise ValueError(f"--mesh: {e}") from None
+            if spec.data > 0 and self.batch_size % spec.data:
+                raise ValueError(f"--batch_size={self.batch_size} must be a multiple of the mesh's data axis "
+                                 f"({spec.data}): each device holds the same number of rows")
 
     def public(self) -> dict:
         """The settings without the secret (results never hold key material): its fingerprint instead."""
