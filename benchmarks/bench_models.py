@@ -7,7 +7,15 @@ Prefill runs ``step`` over a ``--prompt_len`` prompt with the logits dropped
 (as the speculative loop does, so XLA removes the LM head); decode is one
 ``step`` with T = 1 at a context of ``--context`` tokens.
 
-  /work/venv/bin/python benchmarks/bench_models.py --json=/tmp/bench_models.json
+  python benchmarks/bench_models.py --json=/tmp/bench_models.json            # default draft
+  python benchmarks/bench_models.py --draft=v1 --batch_sizes=1                # the first draft
+  python benchmarks/bench_models.py --draft=v1 --head_sizes=4096,8192,16384   # cost only
+
+``--draft`` is a built-in draft name (``builtin.DRAFTS``) or an adapter file.
+``--head_sizes`` times that draft with a reduced-vocabulary head of each size
+(kept ids 0..N-1: the cost does not depend on which ids are kept; 0 = the
+full head, i.e. what the draft costs without its reduced head), to choose a
+head size before training one.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from wmspec_jax.models import builtin  # noqa: E402
+from wmspec_jax.models import builtin, draft  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch_sizes", ["1", "32"], "batch sizes to time")
@@ -34,6 +42,9 @@ flags.DEFINE_integer("context", 128, "tokens already in the cache when decoding"
 flags.DEFINE_integer("repeats", 20, "timed repeats (median reported)")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "params dtype")
 flags.DEFINE_string("json", "", "write the results here")
+flags.DEFINE_string("draft", "", "built-in draft name or adapter file ('' = the default draft)")
+flags.DEFINE_list("head_sizes", [], "also time the draft with reduced heads of these sizes "
+                  "(0: the full head)")
 
 
 def median_times(calls) -> list[float]:
@@ -70,26 +81,44 @@ def calls_for(ckpt, batch: int):
 
 def main(argv):
     del argv
-    target, drafted = builtin.load_builtin_pair(jnp.dtype(FLAGS.dtype))
-    results = {"device": str(jax.devices()[0]), "dtype": FLAGS.dtype,
+    target = builtin.load_target(jnp.dtype(FLAGS.dtype))
+    if FLAGS.draft in builtin.DRAFTS or not FLAGS.draft:
+        drafted = builtin.load_draft(target, name=FLAGS.draft or builtin.DEFAULT_DRAFT)
+    else:
+        drafted = builtin.load_draft(target, adapters_path=FLAGS.draft)
+    drafts = {"draft": drafted}
+    for size in map(int, FLAGS.head_sizes):
+        layers, adapters, _ = draft.load_adapters(
+            builtin.draft_asset_path(FLAGS.draft or builtin.DEFAULT_DRAFT)
+            if FLAGS.draft in builtin.DRAFTS or not FLAGS.draft else FLAGS.draft)
+        adapters.pop("head_ids", None)
+        if size:
+            adapters["head_ids"] = jnp.arange(size, dtype=jnp.int32)
+        drafts[f"head{size or 'full'}"] = draft.make_draft(target, layers, adapters)
+    results = {"device": str(jax.devices()[0]), "dtype": FLAGS.dtype, "draft": drafted.name,
+               "draft_head": int(drafted.params["head_ids"].shape[0]) if "head_ids" in drafted.params
+               else target.config.vocab_size,
                "prompt_len": FLAGS.prompt_len, "context": FLAGS.context,
                "target_layers": target.config.num_layers, "draft_layers": drafted.config.num_layers,
                "rows": []}
-    print(f"{'model':8} {'batch':>5} {'prefill ms':>11} {'decode ms/step':>15} {'ms/token':>9}")
+    print(f"{'model':10} {'batch':>5} {'prefill ms':>11} {'decode ms/step':>15} {'ms/token':>9}")
     for b in map(int, FLAGS.batch_sizes):
-        (tp, tpa), (td, tda) = calls_for(target, b)
-        (dp, dpa), (dd, dda) = calls_for(drafted, b)
-        t_pre, d_pre = median_times([(tp, tpa), (dp, dpa)])
-        t_dec, d_dec = median_times([(td, tda), (dd, dda)])
+        models = {"target": target, **drafts}
+        pre_calls, dec_calls = zip(*(calls_for(m, b) for m in models.values()))
+        pre = dict(zip(models, median_times(list(pre_calls))))
+        dec = dict(zip(models, median_times(list(dec_calls))))
         row = {"batch": b}
-        for name, pre, dec in (("target", t_pre, t_dec), ("draft", d_pre, d_dec)):
-            row[name] = {"prefill_ms": 1e3 * pre, "decode_ms_per_step": 1e3 * dec,
-                         "decode_ms_per_token": 1e3 * dec / b}
-            print(f"{name:8} {b:5d} {1e3 * pre:11.2f} {1e3 * dec:15.2f} {1e3 * dec / b:9.3f}",
-                  flush=True)
-        row["draft_over_target_decode"] = d_dec / t_dec
-        row["draft_over_target_prefill"] = d_pre / t_pre
-        print(f"{'ratio':8} {b:5d} {d_pre / t_pre:11.3f} {d_dec / t_dec:15.3f}", flush=True)
+        for name in models:
+            row[name] = {"prefill_ms": 1e3 * pre[name], "decode_ms_per_step": 1e3 * dec[name],
+                         "decode_ms_per_token": 1e3 * dec[name] / b}
+            print(f"{name:10} {b:5d} {1e3 * pre[name]:11.2f} {1e3 * dec[name]:15.2f} "
+                  f"{1e3 * dec[name] / b:9.3f}", flush=True)
+        for name in drafts:
+            suffix = "" if name == "draft" else f"_{name}"
+            row[f"draft_over_target_decode{suffix}"] = dec[name] / dec["target"]
+            row[f"draft_over_target_prefill{suffix}"] = pre[name] / pre["target"]
+            print(f"{'ratio ' + name:10} {b:5d} {pre[name] / pre['target']:11.3f} "
+                  f"{dec[name] / dec['target']:15.3f}", flush=True)
         results["rows"].append(row)
     if FLAGS.json:
         with open(FLAGS.json, "w") as f:

@@ -13,11 +13,54 @@ Stages (``--mode``), each resumable and writing atomically under ``--workdir``:
 * ``export``: writes the adapters of the last training checkpoint to ``--out``.
 * ``eval``: on held-out *eval* prompts, samples target continuations at each
   temperature and reports the mean per-position acceptance
-  alpha = E[1 - TV(Q_T, P_T)], the implied AATPS (1 - alpha^(K+1)) / (1 - alpha)
-  for K = 2, 3, 4, and the draft/target per-token decode-time ratio measured
-  in the same run. Writes ``--eval_json``.
+  alpha = E[1 - TV(Q_T, P_T)], the target's mass on the draft's support (< 1
+  for a reduced head), the implied AATPS (1 - alpha^(K+1)) / (1 - alpha) for
+  K = 1..4, and the draft/target per-token decode-time ratio measured in the
+  same run (``--timing_batches``); ``--eval_head_sizes`` scores the same
+  adapters with other heads in the same pass. Writes ``--eval_json``.
 
-Commands used for the shipped asset (2-core CPU, run from the repository root)::
+The KL term is the forward KL of the teacher's top-k (64) tokens plus the lumped
+remainder, not of the full 49152-token distributions (which would mean storing
+or recomputing the target's logits at every training step: ~100x the data, or
+the target's forward pass in every step on a 2-core CPU).
+
+Draft v2 (``wmspec_jax/assets/smollm2_draft_v2.npz``, the default built-in
+draft): the v1 adapters below, fine-tuned with a reduced-vocabulary head
+(``--head_size``: the draft proposes only the 16384 tokens most frequent among
+the target's sampled tokens in the first 9 T = 1.0 chunks, ties to lower ids,
+plus the special tokens; ``docs/models.md`` has the cost / acceptance
+measurements). Commands (2-core CPU shared with two other agents' jobs, from the
+repository root)::
+
+  W=/tmp/wmspec_draft15
+  python experiments/distill_draft.py --mode=sample --repeats=1 --workdir=$W \
+      --temperatures=1.0,0.7     # stopped by hand after 13 T=1.0 chunks (416 rows)
+  python experiments/distill_draft.py --mode=sample --repeats=1 --workdir=$W \
+      --temperatures=0.7         # stopped by hand after 12 T=0.7 chunks (384 rows)
+  python experiments/distill_draft.py --mode=train --workdir=$W --head_size=16384 \
+      --head_rank=count --head_from='train_T1.0_s0_000[0-8].npz' \
+      --init=wmspec_jax/assets/smollm2_draft.npz --steps=320 --lr=1e-3 --save_every=20 \
+      --out=wmspec_jax/assets/smollm2_draft_v2.npz
+  python experiments/distill_draft.py --mode=eval --workdir=$W --adapters=v2 \
+      --eval_head_sizes=16384,24576,32768,0 --head_rank=mass --head_from='train_T*.npz' \
+      --timing_batches=1 --eval_json=$W/eval_v2.json
+
+CPU time: sampling 25 chunks of 32 rows x 96 tokens took 22 min wall (16:27-16:49,
+25-75 s a chunk depending on the load); training took 20.5 min wall (320 steps of
+8 sequences, 2.6-7 s a step, 1.5 min of it compiling), run concurrently with the
+T = 0.7 sampling for its first 9 minutes, on 2 cores shared with other jobs. The
+training loop picks up the sample chunks written since its start every
+``--save_every`` steps, so the data it saw depends on how far the concurrent
+sampler had got (its log: 544 sequences from 17 chunks at the start, 800 from 25
+from step 60 on). Re-running train after sampling has finished trains on all 25
+chunks from the first step (a slightly different asset).
+
+Draft v1 (``smollm2_draft.npz``, loadable as ``builtin.load_draft(name="v1")``;
+the draft of results produced before issue 15). Commands used for it (2-core
+CPU, run from the repository root)::
+Draft v1 (``smollm2_draft.npz``, loadable as ``builtin.load_draft(name="v1")``;
+the draft of results produced before issue 15). Commands used for it (2-core
+CPU, run from the repository root)::
 
   mkdir -p /tmp/wmspec_draft
   nohup /work/venv/bin/python experiments/distill_draft.py --mode=sample --repeats=1 \
@@ -65,8 +108,16 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "eval", ["sample", "train", "export", "eval"], "stage to run")
 flags.DEFINE_string("workdir", "/tmp/wmspec_draft", "samples, checkpoints and logs")
 flags.DEFINE_string("out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                        "wmspec_jax", "assets", draft.DEFAULT_ASSET),
+                                        "wmspec_jax", "assets", builtin.DRAFTS[builtin.DEFAULT_DRAFT]),
                     "where train writes the final adapters")
+flags.DEFINE_integer("head_size", 0, "train: keep this many output tokens in the draft's head, "
+                     "the most frequent in the target's train samples (0: the full vocabulary)")
+flags.DEFINE_string("head_from", "train_T*.npz", "train: sample files (glob under --workdir) "
+                    "whose token counts rank the reduced head's ids")
+flags.DEFINE_enum("head_rank", "mass", ["mass", "count"], "how --head_from ranks the tokens "
+                  "(frequency_head_ids)")
+flags.DEFINE_string("init", "", "train: start from these adapters (same layers and rank) instead "
+                    "of zero LoRA (e.g. the v1 asset)")
 flags.DEFINE_string("adapters", "", "eval: adapter file ('' = --out, 'none' = plain truncation)")
 flags.DEFINE_list("layers", ["0", "1", "2", "3", "4", "5"], "target layers kept by the draft")
 flags.DEFINE_integer("rank", 16, "LoRA rank")
@@ -82,6 +133,9 @@ flags.DEFINE_float("lr", 2e-3, "train: peak learning rate")
 flags.DEFINE_integer("save_every", 50, "train: checkpoint period (steps)")
 flags.DEFINE_integer("eval_prompts", 64, "eval: held-out prompts per temperature")
 flags.DEFINE_string("eval_json", "", "eval: write the report here as JSON")
+flags.DEFINE_list("eval_head_sizes", [], "eval: also score the adapters with reduced heads of "
+                  "these sizes (0: the full head), ids ranked by --head_rank on --head_from")
+flags.DEFINE_list("timing_batches", ["1", "32"], "eval: batch sizes of the decode-time ratio")
 flags.DEFINE_integer("seed", 0, "random seed")
 
 
@@ -192,24 +246,80 @@ def full_sequences(data):
     return seq, pred_pos.astype(np.int32)
 
 
-def draft_logits(cfg, params, seq, pred_pos):
-    """Teacher-forced logits float32[N, new, V] at the positions in pred_pos."""
+def draft_logits(cfg, params, seq, pred_pos, reduced: bool = False):
+    """Teacher-forced logits float32[N, new, V] at the positions in pred_pos.
+
+    A draft with a reduced head (``params["head_ids"]``) gives its full-width
+    logits (−inf off the kept ids), or with ``reduced`` only the kept ones
+    float32[N, new, K].
+    """
     n, s = seq.shape
     cache = init_cache(cfg, n, s, dtype=params["embed"].dtype)
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (n, s))
     h, _ = transformer.hidden_states(cfg, params, seq, positions, cache,
                                      jnp.full((n,), s, jnp.int32))
     h = jnp.take_along_axis(h, pred_pos[..., None], axis=1)
+    if "head_ids" in params:
+        if reduced:
+            return jnp.einsum("btd,kd->btk", h, params["head_rows"],
+                              preferred_element_type=jnp.float32)
+        return draft.reduced_head(cfg, params, h)
     return transformer.lm_logits(cfg, params, h)
 
 
-def distill_loss(adapters, target_params, layers, cfg, batch):
+def frequency_head_ids(paths, size: int, vocab_size: int, always=(), rank: str = "mass"
+                       ) -> np.ndarray:
+    """The ``size`` most frequent tokens of the target's samples, plus ``always``;
+    sorted int32[size].
+
+    ``rank="count"``: occurrences among the sampled tokens; ``"mass"``: the
+    expected count, i.e. the target's T = 1 probability summed over the sampled
+    positions (its stored top-k): a far less noisy estimate of the same
+    frequency, which sees ~64 tokens per position instead of 1 (held-out target
+    mass inside a 16384-token head: 0.972 vs 0.961 from counts, docs/models.md).
+    Ties go to the lower id (earlier BPE merge).
+    """
+    counts = np.zeros(vocab_size, np.float64)
+    for path in paths:
+        with np.load(path) as z:
+            valid = z["valid"]
+            if rank == "count":
+                np.add.at(counts, z["cont"][valid], 1.0)
+            elif rank == "mass":
+                np.add.at(counts, z["idx"][valid].ravel(),
+                          np.exp(z["vals"][valid].astype(np.float64)).ravel())
+            else:
+                raise ValueError(f"rank must be 'count' or 'mass', got {rank!r}")
+    counts[list(always)] = counts.max() + 1
+    order = np.lexsort((np.arange(vocab_size), -counts))  # by count desc, then id asc
+    return np.sort(order[:size]).astype(np.int32)
+
+
+def distill_loss(adapters, target_params, layers, cfg, batch, head_ids=None):
+    """Forward KL + TV(T=1) + TV(T=0.7) of the draft against the teacher's top-k.
+
+    With a reduced head (``head_ids`` int32[K]) the draft's distribution lives
+    on the kept ids: teacher entries outside them join the lumped remainder
+    (so the losses stay finite and measure what the draft can match).
+    """
     seq, pred_pos, vals, idx, valid = batch
+    if head_ids is not None:
+        adapters = {**adapters, "head_ids": head_ids}
     params = draft.draft_params(target_params, layers, adapters)
-    lq = jax.nn.log_softmax(draft_logits(cfg, params, seq, pred_pos))
-    lq_k = jnp.take_along_axis(lq, idx, axis=-1)
+    z = draft_logits(cfg, params, seq, pred_pos, reduced=True)
+    if head_ids is not None:
+        slot = jnp.full((cfg.vocab_size,), -1, jnp.int32).at[head_ids].set(
+            jnp.arange(head_ids.shape[0], dtype=jnp.int32))[idx]
+        kept = slot >= 0
+        slot = jnp.maximum(slot, 0)
+    else:
+        kept, slot = jnp.ones(idx.shape, bool), idx
+    lq = jax.nn.log_softmax(z)
+    lq_k = jnp.where(kept, jnp.take_along_axis(lq, slot, axis=-1), 0.0)
     lp_k = vals.astype(jnp.float32)
-    p_k, q_k = jnp.exp(lp_k), jnp.exp(lq_k)
+    p_k = jnp.where(kept, jnp.exp(lp_k), 0.0)
+    q_k = jnp.where(kept, jnp.exp(lq_k), 0.0)
+    lp_k = jnp.where(kept, lp_k, 0.0)
     rest_p = jnp.clip(1 - p_k.sum(-1), 1e-6, 1.0)
     rest_q = jnp.clip(1 - q_k.sum(-1), 1e-6, 1.0)
     # Forward KL on the teacher's top-k plus the lumped remainder.
@@ -217,10 +327,11 @@ def distill_loss(adapters, target_params, layers, cfg, batch):
     tv1 = 0.5 * (jnp.abs(p_k - q_k).sum(-1) + jnp.abs(rest_p - rest_q))
     # TV at T = 0.7 over the teacher's top-k (the remainder is negligible there).
     t = 0.7
-    p07 = jax.nn.softmax(lp_k / t, axis=-1)
-    lq07 = jax.nn.log_softmax(lq / t)
-    q07 = jnp.exp(jnp.take_along_axis(lq07, idx, axis=-1))
-    tv07 = 0.5 * (jnp.abs(p07 - q07).sum(-1) + (1 - q07.sum(-1)))
+    p07 = jax.nn.softmax(vals.astype(jnp.float32) / t, axis=-1)
+    p07 = jnp.where(kept, p07, 0.0)
+    lq07 = jax.nn.log_softmax(z / t)
+    q07 = jnp.where(kept, jnp.exp(jnp.take_along_axis(lq07, slot, axis=-1)), 0.0)
+    tv07 = 0.5 * (jnp.abs(p07 - q07).sum(-1) + jnp.abs(1 - p07.sum(-1) - (1 - q07.sum(-1))))
     w = valid.astype(jnp.float32)
     denom = jnp.maximum(w.sum(), 1.0)
     loss = ((fkl + tv1 + tv07) * w).sum() / denom
@@ -234,6 +345,15 @@ def restore_state(target, layers):
     sched = optax.warmup_cosine_decay_schedule(0.0, FLAGS.lr, warmup, FLAGS.steps, FLAGS.lr * 0.05)
     opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
     adapters = draft.init_adapters(target.params, layers, FLAGS.rank, jax.random.PRNGKey(FLAGS.seed))
+    if FLAGS.init:
+        init_layers, init, _ = draft.load_adapters(FLAGS.init)
+        init.pop("head_ids", None)
+        if init_layers != list(layers) or jax.tree_util.tree_structure(init) != \
+                jax.tree_util.tree_structure(adapters) or any(
+                    a.shape != b.shape for a, b in zip(jax.tree_util.tree_leaves(init),
+                                                       jax.tree_util.tree_leaves(adapters))):
+            raise SystemExit(f"--init={FLAGS.init} has other layers or rank than --layers/--rank")
+        adapters = init
     opt_state = opt.init(adapters)
     ckpt_path = os.path.join(FLAGS.workdir, "train_state.npz")
     if not os.path.exists(ckpt_path):
@@ -245,21 +365,49 @@ def restore_state(target, layers):
         return adapters, opt, opt_state, int(z["step"])
 
 
-def write_asset(layers, adapters, step):
+def head_ids_for_training(target):
+    """The reduced head's ids (None: full head), fixed at the first training run
+    (saved in the workdir, so a resumed run keeps them whatever was sampled since)."""
+    if not FLAGS.head_size:
+        return None
+    path = os.path.join(FLAGS.workdir, f"head_ids_{FLAGS.head_rank}_{FLAGS.head_size}.npy")
+    if not os.path.exists(path):
+        paths = sorted(glob.glob(os.path.join(FLAGS.workdir, FLAGS.head_from)))
+        ids = frequency_head_ids(paths, FLAGS.head_size, target.config.vocab_size,
+                                 always=special_ids(target), rank=FLAGS.head_rank)
+        log(f"head ids ranked on {len(paths)} sample files")
+        results.atomic_write(path, lambda f: np.save(f, ids))
+    return np.load(path)
+
+
+def special_ids(target) -> list[int]:
+    """Ids the reduced head always keeps: EOS and the tokenizer's special tokens."""
+    ids = {int(target.config.eos_token_id), *map(int, target.stop_token_ids)}
+    ids |= set(map(int, target.tokenizer.all_special_ids))
+    return sorted(i for i in ids if 0 <= i < target.config.vocab_size)
+
+
+def write_asset(layers, adapters, step, head_ids=None):
+    if head_ids is not None:
+        adapters = {**adapters, "head_ids": head_ids}
     draft.save_adapters(FLAGS.out, layers, adapters,
                         meta={"target": builtin.TARGET_NAME, "rank": FLAGS.rank,
-                              "steps": int(step), "gguf": builtin.GGUF_FILE})
+                              "steps": int(step), "gguf": builtin.GGUF_FILE,
+                              "head_size": int(FLAGS.head_size or 0),
+                              "init": os.path.basename(FLAGS.init) if FLAGS.init else None})
     log(f"wrote {FLAGS.out} ({os.path.getsize(FLAGS.out) / 1e6:.2f} MB)")
 
 
 def mode_export():
-    """Writes the adapters of the last training checkpoint to --out."""
+    """Writes the adapters of the last training checkpoint to --out (with a
+    reduced head of --head_size ids ranked on --head_from, which may differ from
+    the head size it was trained with)."""
     target = builtin.load_target()
     layers = [int(i) for i in FLAGS.layers]
     adapters, _, _, step = restore_state(target, layers)
     if not step:
         raise SystemExit(f"no training checkpoint in {FLAGS.workdir}")
-    write_asset(layers, adapters, step)
+    write_asset(layers, adapters, step, head_ids_for_training(target))
 
 
 def mode_train():
@@ -274,6 +422,12 @@ def mode_train():
     n = len(seq)
     log(f"{n} sequences, {int(data['valid'].sum())} target tokens from {len(paths)} chunks")
 
+    head_ids = head_ids_for_training(target)
+    if head_ids is not None:
+        log(f"reduced head: {len(head_ids)} ids")
+        head_ids_j = jnp.asarray(head_ids)
+    else:
+        head_ids_j = None
     adapters, opt, opt_state, start = restore_state(target, layers)
     ckpt_path = os.path.join(FLAGS.workdir, "train_state.npz")
     if start:
@@ -282,7 +436,7 @@ def mode_train():
     @jax.jit
     def train_step(adapters, opt_state, batch):
         (loss, aux), grads = jax.value_and_grad(distill_loss, has_aux=True)(
-            adapters, target.params, layers, cfg, batch)
+            adapters, target.params, layers, cfg, batch, head_ids_j)
         updates, opt_state = opt.update(grads, opt_state, adapters)
         return optax.apply_updates(adapters, updates), opt_state, loss, aux
 
@@ -315,7 +469,7 @@ def mode_train():
                 f"T=0.7 {h[2]:.3f} ({(time.time() - t0) / len(hist):.2f}s/step)")
         if (step + 1) % FLAGS.save_every == 0 or step + 1 == FLAGS.steps:
             save(step + 1)
-    write_asset(layers, adapters, FLAGS.steps)
+    write_asset(layers, adapters, FLAGS.steps, head_ids)
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -336,15 +490,22 @@ def decode_time(lm, params, batch: int, context: int = 128, repeats: int = 30) -
     return float(np.median(times))
 
 
-def acceptance(target, drafted, data, temperature, batch=16):
-    """Mean over valid positions of sum_v min(P_T, Q_T), P/Q teacher-forced on target samples."""
+def acceptance(target, drafts, data, temperature, batch=16):
+    """Per valid position and draft: sum_v min(P_T, Q_T) and the target's mass on the
+    draft's support, P/Q teacher-forced on target samples: float32[positions, drafts, 2]."""
     seq, pred_pos = full_sequences(data)
+    config = drafts[0].config
 
     @jax.jit
-    def alpha_rows(tp, dp, seq, pred_pos):
-        lp = draft_logits(target.config, tp, seq, pred_pos) / temperature
-        lq = draft_logits(drafted.config, dp, seq, pred_pos) / temperature
-        return jnp.minimum(jax.nn.softmax(lp), jax.nn.softmax(lq)).sum(-1)
+    def alpha_rows(tp, dps, seq, pred_pos):
+        p = jax.nn.softmax(draft_logits(target.config, tp, seq, pred_pos) / temperature)
+        out = []
+        for dp in dps:
+            lq = draft_logits(config, dp, seq, pred_pos) / temperature
+            # target mass on the tokens the draft can propose (1 for a full head)
+            mass = jnp.where(jnp.isfinite(lq), p, 0.0).sum(-1)
+            out.append(jnp.stack([jnp.minimum(p, jax.nn.softmax(lq)).sum(-1), mass], -1))
+        return jnp.stack(out, -2)
 
     out = []
     for i in range(0, len(seq), batch):
@@ -353,9 +514,9 @@ def acceptance(target, drafted, data, temperature, batch=16):
         if pad:
             s = np.concatenate([s, np.repeat(s[-1:], pad, 0)])
             pp = np.concatenate([pp, np.repeat(pp[-1:], pad, 0)])
-        out.append(np.asarray(alpha_rows(target.params, drafted.params, s, pp))[:batch - pad])
-    a = np.concatenate(out)
-    return a[data["valid"]]
+        out.append(np.asarray(alpha_rows(target.params, tuple(d.params for d in drafts),
+                                         s, pp))[:batch - pad])
+    return np.concatenate(out)[data["valid"]]
 
 
 def mode_eval():
@@ -365,38 +526,53 @@ def mode_eval():
         name = f"truncated{layers}"
     else:
         path = FLAGS.adapters or FLAGS.out
+        if path in builtin.DRAFTS:
+            path = builtin.draft_asset_path(path)
         layers, adapters, _ = draft.load_adapters(path)
         name = os.path.basename(path)
-    drafted = draft.make_draft(target, layers, adapters)
+    variants = {name: adapters}
+    for size in map(int, FLAGS.eval_head_sizes):
+        # the same adapters with another head (full: 0), ranked by --head_rank on --head_from
+        other = {k: v for k, v in (adapters or {}).items() if k != "head_ids"}
+        if size:
+            paths = sorted(glob.glob(os.path.join(FLAGS.workdir, FLAGS.head_from)))
+            other["head_ids"] = jnp.asarray(frequency_head_ids(
+                paths, size, target.config.vocab_size, always=special_ids(target),
+                rank=FLAGS.head_rank))
+        variants[f"{name}+head{size or 'full'}"] = other
+    drafts = {k: draft.make_draft(target, layers, a) for k, a in variants.items()}
     lm = target.language_model()
     prompts = prompt_ids("eval", FLAGS.prompt_len)
     rng = np.random.default_rng(FLAGS.seed)
     prompts = [prompts[i] for i in rng.permutation(len(prompts))[:FLAGS.eval_prompts]]
-    report = {"draft": name, "layers": layers, "eval_prompts": len(prompts),
-              "new_tokens": FLAGS.new_tokens, "temperatures": {}}
+    reports = {k: {"draft": k, "layers": layers, "eval_prompts": len(prompts),
+                   "new_tokens": FLAGS.new_tokens, "temperatures": {}} for k in drafts}
     for t in FLAGS.temperatures:
         t = float(t)
         paths = sample_chunks(lm, target.params, prompts, t, 12345, "eval",
                               os.path.join(FLAGS.workdir, "eval"))
-        a = acceptance(target, drafted, load_chunks(paths), t)
-        alpha = float(a.mean())
-        se = float(a.std() / np.sqrt(len(a)))
-        implied = {f"K={k}": (1 - alpha ** (k + 1)) / (1 - alpha) for k in (2, 3, 4)}
-        report["temperatures"][str(t)] = {"alpha": alpha, "alpha_se": se, "positions": int(a.size),
-                                          "implied_aatps": implied}
-        log(f"T={t}: alpha={alpha:.4f} ± {se:.4f} over {a.size} positions; implied AATPS "
-            + ", ".join(f"{k}: {v:.3f}" for k, v in implied.items()))
-    timing = {}
-    for b in (1, 32):
+        scores = acceptance(target, list(drafts.values()), load_chunks(paths), t)
+        for (k, report), (a, mass) in zip(reports.items(), scores.transpose(1, 2, 0)):
+            alpha = float(a.mean())
+            se = float(a.std() / np.sqrt(len(a)))
+            implied = {f"K={k}": (1 - alpha ** (k + 1)) / (1 - alpha) for k in (1, 2, 3, 4)}
+            report["temperatures"][str(t)] = {
+                "alpha": alpha, "alpha_se": se, "positions": int(a.size), "implied_aatps": implied,
+                "target_mass_on_draft_support": float(mass.mean())}
+            log(f"{k} T={t}: alpha={alpha:.4f} ± {se:.4f} over {a.size} positions "
+                f"(target mass on the draft's support {mass.mean():.4f}); implied AATPS "
+                + ", ".join(f"{k}: {v:.3f}" for k, v in implied.items()))
+    for b in map(int, FLAGS.timing_batches):
         tt = decode_time(lm, target.params, b)
-        td = decode_time(drafted.language_model(), drafted.params, b)
-        timing[f"batch{b}"] = {"target_ms": tt * 1e3, "draft_ms": td * 1e3, "ratio": td / tt}
-        log(f"decode batch {b}: target {tt * 1e3:.2f} ms, draft {td * 1e3:.2f} ms, "
-            f"ratio {td / tt:.3f}")
-    report["decode_time"] = timing
+        for k, d in drafts.items():
+            td = decode_time(d.language_model(), d.params, b)
+            reports[k].setdefault("decode_time", {})[f"batch{b}"] = {
+                "target_ms": tt * 1e3, "draft_ms": td * 1e3, "ratio": td / tt}
+            log(f"{k} decode batch {b}: target {tt * 1e3:.2f} ms, draft {td * 1e3:.2f} ms, "
+                f"ratio {td / tt:.3f}")
+    report = reports[name] if len(reports) == 1 else {"drafts": list(reports.values())}
     if FLAGS.eval_json:
-        with open(FLAGS.eval_json, "w") as f:
-            json.dump(report, f, indent=2)
+        results.atomic_write_json(FLAGS.eval_json, report)
     print(json.dumps(report, indent=2))
 
 

