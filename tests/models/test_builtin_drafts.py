@@ -57,3 +57,22 @@ def test_default_draft_head_is_reduced_and_keeps_the_special_tokens(target):
     assert np.isneginf(logits[~finite]).all()
     _, _, meta = draft.load_adapters(builtin.draft_asset_path())
     assert meta["head_size"] == kept.size and meta["target"] == builtin.TARGET_NAME
+
+
+def test_draft_flag_names_a_builtin_draft_and_results_store_the_name():
+    from wmspec_jax import experiment, pairs
+
+    assert pairs.builtin_draft_name("builtin") == builtin.DEFAULT_DRAFT
+    assert pairs.builtin_draft_name("builtin:v1") == "v1"
+    assert pairs.canonical_draft("builtin", "builtin") == f"builtin:{builtin.DEFAULT_DRAFT}"
+    assert pairs.canonical_draft("/ckpt/t", "/ckpt/d") == "/ckpt/d"
+    pairs.check_pair_spec("builtin", "builtin:v1")
+    with pytest.raises(ValueError, match="built-in drafts are"):
+        pairs.check_pair_spec("builtin", "builtin:v9")
+    with pytest.raises(ValueError, match="must both be"):
+        pairs.check_pair_spec("toy", "builtin:v1")
+    # Settings store the draft by name: a directory made with "builtin" (v1, before names) is not resumed
+    # with v2 (GENERATION_FIELDS compares the stored strings).
+    assert experiment.Settings().draft == f"builtin:{builtin.DEFAULT_DRAFT}"
+    assert experiment.Settings(draft="builtin:v1").draft == "builtin:v1"
+    assert "draft" in experiment.GENERATION_FIELDS

@@ -29,7 +29,8 @@ from wmspec_jax.experiment.settings import Settings
 
 FLAG_HELP = {
     "target": "'builtin', 'toy' or a local Hugging Face checkpoint directory (target P)",
-    "draft": "'builtin', 'toy' or a local Hugging Face checkpoint directory (draft Q)",
+    "draft": "'builtin' (= 'builtin:v2'; 'builtin:v1' is the first shipped draft), 'toy' or a local Hugging "
+             "Face checkpoint directory (draft Q)",
     "dtype": "params dtype of checkpoints: float32 or bfloat16",
     "dataset": "builtin-eli5[:split], builtin-c4[:split], eli5:PATH or c4:PATH (wmspec_jax.data)",
     "num_prompts": "texts per run of the speed table (Tables 1-2)",

@@ -102,6 +102,9 @@ class Session:
                        if k in GENERATION_FIELDS and json.loads(json.dumps(v)) != old.get(k)}
             if changed:
                 hint = ""
+                if "draft" in changed and changed["draft"][0] == pairs.BUILTIN:
+                    hint = (f" (made before the built-in drafts had names, with draft v1: "
+                            f"--draft={pairs.BUILTIN}:v1 resumes it)")
                 if "key_fingerprint" in changed:
                     hint = (" (written before keys had fingerprints: its texts used the old key derivation)"
                             if changed["key_fingerprint"][0] is None else " (another secret: its fingerprint differs)")

@@ -62,6 +62,11 @@ class Settings:
     def __post_init__(self):
         if not isinstance(self.secret, keys.Secret):
             object.__setattr__(self, "secret", keys.Secret(self.secret))
+        if isinstance(self.target, str) and isinstance(self.draft, str) and self.target == pairs.BUILTIN:
+            try:  # the built-in draft by name (builtin -> builtin:v2), so a resume cannot mix drafts
+                object.__setattr__(self, "draft", pairs.canonical_draft(self.target, self.draft))
+            except ValueError:
+                pass  # validate() reports it
         for name in ("lookaheads", "tpr_lengths"):
             value = getattr(self, name)
             if isinstance(value, (list, np.ndarray)):
