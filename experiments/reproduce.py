@@ -15,7 +15,7 @@ Presets (``--preset``); every other flag overrides the preset:
   the built-in ELI5 stand-in, 16 prompts per speed run with K = 1, 2, 3,
   128 texts per detection run (64 train / 64 test) at K = 1 — the pair's best
   lookahead by ``benchmarks/bench_draft_k.py`` (``docs/models.md``) — 96 new
-  tokens, TPR at 16..96 tokens, batches of 16, 2e5 Monte Carlo samples for the
+  tokens, TPR at 16..96 tokens, batches of 8, 2e5 Monte Carlo samples for the
   curves. README has the measured time on a 2-core CPU.
 * ``paper``: the paper's sizes (2,000 texts per detection run split 1,000 /
   1,000, 200 new tokens, 1e7 Monte Carlo samples). Give the models, the
@@ -51,7 +51,7 @@ PRESETS = {  # settings, Monte Carlo samples of the curves, whether the public d
     # K = 1 is the built-in pair's best lookahead at T = 0.5, 0.7 and 1.0 (benchmarks/bench_draft_k.py,
     # docs/models.md); 128 detection texts = 64 test texts per class, 96 tokens.
     "quick": (experiment.Settings(lookaheads=(1, 2, 3), detect_lookahead=1, num_detection_texts=128,
-                                  max_new_tokens=96, tpr_lengths=(16, 32, 48, 64, 96), batch_size=16),
+                                  max_new_tokens=96, tpr_lengths=(16, 32, 48, 64, 96)),
               200_000, True),
     "paper": (experiment.Settings(
         num_prompts=1000, num_detection_texts=2000, max_new_tokens=200, max_prompt_tokens=256, batch_size=32,

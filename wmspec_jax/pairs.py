@@ -178,8 +178,8 @@ def check_special_pair(target: str, draft: str) -> None:
         return
     if target in (BUILTIN, TOY) or draft in (BUILTIN, TOY) or is_builtin_draft:
         if target != draft:
-            raise ValueError(f"--target and --draft must both be 'builtin' (the draft may be 'builtin:v1') "
-                             f"or both 'toy' (got {target!r}, {draft!r})")
+            raise ValueError(f"--target and --draft must both be 'builtin' or both 'toy' (got {target!r}, "
+                             f"{draft!r}); the built-in pair's draft may be named, e.g. 'builtin:v1'")
 
 
 def load_pair(target: str, draft: str, dtype: str = "float32",
