@@ -4,6 +4,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
+# One XLA compilation cache for this run, shared by both workers and by the
+# experiment, CLI and notebook processes the tests start: they compile many of
+# the same programs. Fresh for every run and removed at exit, so a run never
+# reuses another run's executables.
+if [ -z "${JAX_COMPILATION_CACHE_DIR:-}" ]; then
+  JAX_COMPILATION_CACHE_DIR="$(mktemp -d -t wmspec-xla-cache.XXXXXX)"
+  trap 'rm -rf "$JAX_COMPILATION_CACHE_DIR"' EXIT
+  export JAX_COMPILATION_CACHE_DIR
+fi
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0}"
 set +e
 # Two workers (the CI machine has 2 cores); each test file stays on one worker
 # so its module-scoped fixtures are built once.
