@@ -57,7 +57,7 @@ from absl import flags
 
 from wmspec_jax import keys, prf
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli.texts import FORMATS, InputError, is_terminal, load_tokenizer, read_inputs, vocab_size, write_lines
+from wmspec_jax.cli.texts import InputError, is_terminal, load_tokenizer, read_inputs, vocab_size, write_lines
 
 PROG = "wmspec-detect"
 DECODERS = ("gumbel", "synthid")
@@ -66,11 +66,7 @@ NOT_ENOUGH = "not enough tokens"
 
 def define_flags(fv: flags.FlagValues) -> None:
     """The tool's flags on ``fv``."""
-    flags.DEFINE_multi_string("input", [], "input file (repeatable; also positional); '-' or none: stdin",
-                              flag_values=fv)
-    flags.DEFINE_enum("input_format", "auto", list(FORMATS), "text (one text per file), jsonl, or auto (.jsonl / "
-                      ".ndjson files and stdin starting with '{' are JSONL)", flag_values=fv)
-    flags.DEFINE_string("text_field", "text", "the JSONL field holding the text", flag_values=fv)
+    cli_flags.define_input_flags(fv, what="input", text_format="one text per file", field="text")
     flags.DEFINE_string("tokenizer", "builtin", "'builtin' (the built-in SmolLM2 pair) or a local Hugging Face "
                         "directory: the generator's tokenizer", flag_values=fv)
     cli_flags.define_secret_flags(fv, demo_flag=True)
@@ -487,19 +483,18 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     fv = flags.FlagValues()
     define_flags(fv)
-    if any(a in ("-h", "--help", "-?", "--helpfull", "--helpshort") for a in argv[1:]):
+
+    def help_text():
         from wmspec_jax import detect
 
-        stdout.write(__doc__.strip() + "\n\nDetectors (--detector):\n" + detect.registry.help_text() + "\n\nFlags:\n"
-                     + fv.get_help(include_special_flags=False) + "\n")
-        return 0
+        return (__doc__.strip() + "\n\nDetectors (--detector):\n" + detect.registry.help_text() + "\n\nFlags:\n"
+                + fv.get_help(include_special_flags=False))
+
+    status, paths = cli_flags.parse_tool_argv(fv, argv, PROG, help_text, stdout, stderr)
+    if status is not None:
+        return status
     try:
-        rest = fv(list(argv))
-    except flags.Error as e:
-        print(f"{PROG}: error: {e} (see --help)", file=stderr)
-        return 2
-    try:
-        lines, timing = detect_texts(fv, rest[1:], stdin=stdin, stderr=stderr)
+        lines, timing = detect_texts(fv, paths, stdin=stdin, stderr=stderr)
     except (InputError, ValueError, OSError) as e:
         print(f"{PROG}: error: {e}", file=stderr)
         return 2

@@ -10,6 +10,9 @@
   in ``ps`` and kept in shell histories).
 * :func:`define_pair_flags`: ``--target`` / ``--draft`` / ``--dtype`` of
   ``wmspec-generate`` (the same names and help as the experiments').
+* :func:`define_input_flags` / :func:`parse_tool_argv`: the input flags and
+  the argv handling (help, flag errors) of ``wmspec-generate`` and
+  ``wmspec-detect``.
 
 Every function takes the ``flags.FlagValues`` to use (default: absl's global
 ``FLAGS``); the command-line tools use a fresh one per call, so they can be
@@ -23,6 +26,7 @@ import dataclasses
 from absl import flags
 
 from wmspec_jax import keys
+from wmspec_jax.cli.texts import FORMATS
 from wmspec_jax.experiment.session import log
 from wmspec_jax.experiment.settings import Settings
 
@@ -85,6 +89,34 @@ def define_pair_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_string("target", "builtin", FLAG_HELP["target"], flag_values=fv)
     flags.DEFINE_string("draft", "builtin", FLAG_HELP["draft"], flag_values=fv)
     flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], FLAG_HELP["dtype"], flag_values=fv)
+
+
+HELP_ARGS = ("-h", "--help", "-?", "--helpfull", "--helpshort")
+
+
+def define_input_flags(fv: flags.FlagValues, *, what: str, text_format: str, field: str) -> None:
+    """``--input``, ``--input_format`` and ``--<field>_field`` of a tool reading ``what`` (texts, prompts);
+    ``text_format`` says what a plain-text input holds."""
+    flags.DEFINE_multi_string("input", [], f"{what} file (repeatable; also positional); '-' or none: stdin",
+                              flag_values=fv)
+    flags.DEFINE_enum("input_format", "auto", list(FORMATS), f"text ({text_format}), jsonl, or auto (.jsonl / "
+                      ".ndjson files and stdin starting with '{' are JSONL)", flag_values=fv)
+    flags.DEFINE_string(f"{field}_field", field, f"the JSONL field holding the {field}", flag_values=fv)
+
+
+def parse_tool_argv(fv: flags.FlagValues, argv, prog: str, help_text, stdout, stderr) -> tuple:
+    """(status, positional arguments) of a tool's ``argv`` (``argv[0]``: the program name).
+
+    ``status`` is 0 after writing ``help_text()`` to ``stdout`` (a help flag), 2 after writing a flag
+    error to ``stderr``, else None: the caller goes on with the positional arguments."""
+    if any(a in HELP_ARGS for a in argv[1:]):
+        stdout.write(help_text() + "\n")
+        return 0, []
+    try:
+        return None, fv(list(argv))[1:]
+    except flags.Error as e:
+        print(f"{prog}: error: {e} (see --help)", file=stderr)
+        return 2, []
 
 
 def define_flags(defaults: Settings = Settings(), *, required_defaults: bool = True,

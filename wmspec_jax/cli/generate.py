@@ -42,7 +42,7 @@ from absl import flags
 
 from wmspec_jax import keys, prf
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli.texts import FORMATS, InputError, read_inputs
+from wmspec_jax.cli.texts import InputError, read_inputs
 
 PROG = "wmspec-generate"
 
@@ -50,11 +50,7 @@ PROG = "wmspec-generate"
 def define_flags(fv: flags.FlagValues) -> None:
     from wmspec_jax.speculative import METHODS
 
-    flags.DEFINE_multi_string("input", [], "prompt file (repeatable; also positional); '-' or none: stdin",
-                              flag_values=fv)
-    flags.DEFINE_enum("input_format", "auto", list(FORMATS), "text (one prompt per non-empty line), jsonl, or auto "
-                      "(.jsonl / .ndjson files and stdin starting with '{' are JSONL)", flag_values=fv)
-    flags.DEFINE_string("prompt_field", "prompt", "the JSONL field holding the prompt", flag_values=fv)
+    cli_flags.define_input_flags(fv, what="prompt", text_format="one prompt per non-empty line", field="prompt")
     flags.DEFINE_enum("prompt_kind", "question", ["question", "text"], "question: through the chat template; "
                       "text: plain text to continue", flag_values=fv)
     cli_flags.define_pair_flags(fv)
@@ -234,16 +230,13 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     fv = flags.FlagValues()
     define_flags(fv)
-    if any(a in ("-h", "--help", "-?", "--helpfull", "--helpshort") for a in argv[1:]):
-        stdout.write(__doc__.strip() + "\n\nFlags:\n" + fv.get_help(include_special_flags=False) + "\n")
-        return 0
+    status, paths = cli_flags.parse_tool_argv(
+        fv, argv, PROG, lambda: __doc__.strip() + "\n\nFlags:\n" + fv.get_help(include_special_flags=False),
+        stdout, stderr)
+    if status is not None:
+        return status
     try:
-        rest = fv(list(argv))
-    except flags.Error as e:
-        print(f"{PROG}: error: {e} (see --help)", file=stderr)
-        return 2
-    try:
-        n = generate_texts(fv, rest[1:], stdin=stdin, stdout=stdout, stderr=stderr)
+        n = generate_texts(fv, paths, stdin=stdin, stdout=stdout, stderr=stderr)
     except (InputError, ValueError, TypeError, OSError, results.OutputDirLocked, hf.CheckpointError) as e:
         print(f"{PROG}: error: {e}", file=stderr)
         return 2
