@@ -1,10 +1,11 @@
 r"""Fig. 2 (TPR at 1 % FPR vs length) and Fig. 5 (ROC) for Alg. 1 with each decoder.
 
 Generates Alg. 1 texts (Gumbel-max at ``--gumbel_temperature``, SynthID with
-``--synthid_layers`` at ``--synthid_temperature``) and unwatermarked
-standard speculative samples of the same prompts, trains the detectors on
-the first half (Ars-τ, Ars-Prior, soft; Bayes-Prior, Bayes-MLP, Oracles) and
-reports the second half: ``detection.json`` / ``.csv``,
+``--synthid_layers`` at ``--synthid_temperature``) and unwatermarked plain
+samples of the target on the same prompts (the law of standard speculative
+sampling too), trains the detectors on the first ``--num_detection_train``
+texts (default half; Ars-τ, Ars-Prior, soft; Bayes-Prior, Bayes-MLP,
+Oracles) and reports the rest: ``detection.json`` / ``.csv``,
 ``tpr_vs_length.png``, ``roc.png`` and the fitted ``detectors/*.npz`` under
 ``--output_dir``. Human answers of the dataset (the built-in ELI5 stand-in
 has them) are SynthID's negatives as in the paper (App. D); the FPR is

@@ -1,7 +1,7 @@
 r"""How much editing the watermark survives: TPR at 1 % FPR, AUC and per-stream evidence vs edit rate.
 
 Runs the detection experiment (``experiments/detection.py``: Alg. 1 and
-standard speculative sampling, detectors fitted and saved) plus the basic
+plain sampling from the target, detectors fitted and saved) plus the basic
 watermark of both decoders on the same prompts, then edits the test texts'
 generated tokens — substitution, insertion, deletion, span reordering,
 mixing into human text — at ``--edit_rates`` and scores them with every

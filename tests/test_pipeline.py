@@ -19,7 +19,8 @@ from wmspec_jax import evaluation, keys, pairs, pipeline, results, runs, specula
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "test-secret-that-must-not-leak"
 SMALL = pipeline.Settings(
-    target="toy", draft="toy", num_prompts=6, num_detection_texts=12, max_new_tokens=20, batch_size=4,
+    target="toy", draft="toy", num_prompts=6, num_detection_texts=12, num_detection_train=5, max_new_tokens=20,
+    batch_size=4, detection_batch_size=6,
     lookaheads=(2, 3), synthid_layers=4, tpr_lengths=(4, 8, 16), num_resamples=50, max_prompt_tokens=128,
     secret=SECRET)
 
@@ -176,7 +177,7 @@ def test_detection_outputs_are_complete(pipeline_outputs):
     for dec, names in (("gumbel", {"Ars-tau", "Ars-Prior", "Oracle"}), ("synthid", {"Bayes-Prior", "Bayes-MLP", "Oracle"})):
         res = det[dec]
         assert names <= set(res["tpr"]) and res["lengths"] == list(SMALL.tpr_lengths)
-        assert res["test_texts"] == SMALL.num_detection_texts // 2
+        assert res["test_texts"] == SMALL.num_detection_texts - SMALL.num_detection_train
         for name, curve in res["tpr"].items():
             assert len(curve) == len(res["lengths"])
             assert all(0 <= e["lower"] <= e["value"] <= e["upper"] <= 1 for e in curve if np.isfinite(e["value"]))
@@ -185,6 +186,12 @@ def test_detection_outputs_are_complete(pipeline_outputs):
             assert 0 <= res["roc"][name]["auc"] <= 1
     # FPR on both sets of negatives: the built-in ELI5 stand-in has human answers
     assert det["synthid"]["negatives"] == "human" and det["synthid"]["test_human_negatives"] > 0
+    # fewer than 1/alpha human texts: the model negatives are pooled with them to set the threshold
+    syn = det["synthid"]
+    assert syn["test_human_negatives"] < evaluation.MIN_THRESHOLD_NEGATIVES
+    for used, total in zip(syn["threshold_negatives_per_length"], syn["negatives_per_length"]):
+        assert used["model"] == SMALL.num_detection_texts - SMALL.num_detection_train and sum(used.values()) == total
+    assert "pooled with the model negatives" in pipeline.detection_markdown(det)
     for dec, key in (("gumbel", "fpr_at_alpha"), ("synthid", "fpr_at_threshold")):
         assert set(det[dec][key]) == {"model", "human"}
         for rates in det[dec][key].values():
@@ -199,6 +206,31 @@ def test_detection_outputs_are_complete(pipeline_outputs):
     for name in saved:
         d = pipeline.detect.load_detector(os.path.join(out, "detectors", name))
         assert d.provenance.key_fingerprint == keys.Secret(SECRET).fingerprint
+
+
+def test_detection_runs_use_their_split_batch_size_and_plain_negatives(pipeline_outputs):
+    out, _, _, det = pipeline_outputs
+    with open(os.path.join(out, "generations.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    for dec in ("gumbel", "synthid"):
+        pos, neg = pipeline.detection_runs(SMALL, dec)
+        assert neg.method == "plain" and neg.lookahead == 0 and det[dec]["negatives_run"] == neg.name
+        made_here = [r for r in records if r["run"] == neg.name or (r["run"] == pos.name and r["index"] >= SMALL.num_prompts)]
+        assert len(made_here) == 2 * SMALL.num_detection_texts - SMALL.num_prompts
+        assert {r["batch_rows"] for r in made_here} == {SMALL.detection_batch_size}
+        # texts from the speed table (same run, same index) are reused, not regenerated
+        assert {r["batch_rows"] for r in records if r["run"] == pos.name and r["index"] < SMALL.num_prompts} == {
+            SMALL.batch_size}
+
+
+def test_split_train_test_takes_the_lowest_indices_for_training():
+    recs = [{"index": i} for i in (5, 0, 3, 1, 4, 2, 6)]
+    train, test = evaluation.split_train_test(recs, 2)
+    assert [r["index"] for r in train] == [0, 1] and [r["index"] for r in test] == [2, 3, 4, 5, 6]
+    assert [len(part) for part in evaluation.split_train_test(recs)] == [3, 4]
+    for n in (1, 6):
+        with pytest.raises(ValueError, match="at least 2 training and 2 test"):
+            evaluation.split_train_test(recs, n)
 
 
 def test_no_output_holds_the_secret_or_its_keys(pipeline_outputs):
@@ -262,6 +294,8 @@ def test_detection_texts_rebuild_generation(pipeline_outputs):
     (dict(top_k=-1), "--top_k"), (dict(num_detection_texts=3), "--num_detection_texts"),
     (dict(batch_size=True), "--batch_size"), (dict(synthid_mixture="tokens"), "--synthid_mixture"),
     (dict(dtype="float16"), "--dtype"), (dict(tpr_lengths=(4, -8)), "--tpr_lengths"),
+    (dict(num_detection_train=1), "--num_detection_train"), (dict(num_detection_train=11), "fewer than 2 .* to test"),
+    (dict(detection_batch_size=0), "--detection_batch_size"),
 ])
 def test_bad_settings_are_refused_when_built(change, match):
     with pytest.raises(ValueError, match=match):
@@ -367,7 +401,8 @@ def test_reproduce_script_runs_and_resumes(tmp_path):
     out = tmp_path / "quick"
     cmd = [sys.executable, os.path.join(ROOT, "experiments", "reproduce.py"), "--preset=quick", "--target=toy",
            "--draft=toy", f"--output_dir={out}", "--skip=tradeoff", "--num_prompts=4", "--num_detection_texts=8",
-           "--max_new_tokens=12", "--batch_size=4", "--lookaheads=2", "--synthid_layers=4",
+           "--max_new_tokens=12", "--batch_size=4", "--detection_batch_size=0", "--num_detection_train=0",
+           "--lookaheads=2", "--synthid_layers=4",
            "--tpr_lengths=4,8", "--num_resamples=20", "--top_k=0", "--max_prompt_tokens=128"]
     secret_file = tmp_path / "secret.txt"
     secret_file.write_text(SECRET + "\n")

@@ -8,24 +8,34 @@ over batches (PTT: a batch is one timed call); percentile bootstrap for TPR
 
 Detection protocol (Sec. 5, App. E.1), per decoder:
 
-* positives: Alg. 1 (``pseudorandom``) texts; the first half of the
-  indices trains (Ars-τ's τ, Ars-Prior's p, the soft detector, the Bayesian
-  detectors; SynthID also holds out the last quarter of the training half
-  for validation), the second half tests;
+* positives: Alg. 1 (``pseudorandom``) texts; the first ``num_train``
+  indices (default: half) train (Ars-τ's τ, Ars-Prior's p, the soft
+  detector, the Bayesian detectors; SynthID also holds out the last quarter
+  of the training part for validation), the rest test
+  (:func:`split_train_test`);
 * negatives, two sets, each split the same way and scored under the key of
   its own index (the positive run's key: any key is independent of them):
-  *model* negatives — unwatermarked texts of the same pair and prompts
-  (``standard`` speculative sampling) — and *human* negatives — the
+  *model* negatives — unwatermarked texts of the same target and prompts
+  (``plain`` sampling from P; standard speculative sampling has the same
+  law, Thm. 4.1, and costs more per token at a batch on a CPU) — and
+  *human* negatives — the
   dataset's human answers / continuations of the same prompts, where it has
   them (the built-in ELI5 stand-in does; prompt + human text, at most
   ``max_new_tokens`` tokens). Human texts get random token sources
   (:func:`wmspec_jax.detect.pseudo_source`) for the Oracle detectors;
 * Gumbel-max: TPR at 1 % FPR from the exact p-values (p ≤ 0.01); the FPR at
   p ≤ 0.01 is reported on both negative sets;
-* SynthID Bayes-*: as the paper (App. D), human negatives train the
-  detectors and set the 1 % threshold when the dataset has them (else the
+* SynthID Bayes-* and Oracle: as the paper (App. D), human negatives train
+  the detectors and set the 1 % threshold when the dataset has them (else the
   model negatives do); at each length only negatives with at least that
-  many tokens count. The FPR at that threshold is reported on both sets.
+  many tokens count. Where fewer than ``MIN_THRESHOLD_NEGATIVES`` (100 =
+  1/α) human texts are that long, the model negatives of that length are
+  pooled with them (our choice, not the paper's, which has 1,000 human
+  texts: the largest of n < 1/α scores flags ~1/(n + 1) of fresh negatives,
+  e.g. a quarter with 3). Under H0 a text's g-values are i.i.d.
+  Bernoulli(½) whoever wrote it, so both sets share the null. The FPR at
+  that threshold is reported on both sets. SynthID's mean test has exact
+  p-values: its TPR and FPR are at p ≤ 0.01, as the Gumbel-max detectors'.
 """
 
 from __future__ import annotations
@@ -40,6 +50,9 @@ from wmspec_jax import detect, results
 from wmspec_jax.detect import metrics
 
 ALPHA = 0.01
+# The fewest negatives that can place a threshold at FPR ALPHA: with n < 1/ALPHA the threshold is the
+# largest of n scores, which flags about 1/(n + 1) > ALPHA of fresh negatives.
+MIN_THRESHOLD_NEGATIVES = int(round(1 / ALPHA))
 
 
 # ---------------------------------------------------------------------------
@@ -126,13 +139,18 @@ def with_human(human_ids: Sequence[Sequence[int]], indices: Sequence[int]) -> li
     return [int(i) for i in indices if len(human_ids[int(i)]) > 0]
 
 
-def split_half(records: Sequence[dict]) -> tuple[list, list]:
-    """(train, test): the first half of the indices trains."""
+def split_train_test(records: Sequence[dict], num_train: Optional[int] = None) -> tuple[list, list]:
+    """(train, test): the ``num_train`` lowest indices train (default: half), the rest test.
+
+    Both parts must hold at least 2 texts (SynthID's detectors hold out a
+    quarter of the training part for validation).
+    """
     records = sorted(records, key=lambda r: r["index"])
-    half = len(records) // 2
-    if half < 2:
-        raise ValueError(f"need at least 4 texts to split into train/test, got {len(records)}")
-    return list(records[:half]), list(records[half:])
+    n_train = len(records) // 2 if num_train is None else int(num_train)
+    if n_train < 2 or len(records) - n_train < 2:
+        raise ValueError(f"need at least 2 training and 2 test texts, got {len(records)} texts with "
+                         f"{n_train} for training")
+    return list(records[:n_train]), list(records[n_train:])
 
 
 def _estimate(e) -> dict:
@@ -365,27 +383,43 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
         return (score_all({"source": texts["source"][rows], "indices": texts["indices"][rows]},
                           detect.truncate(detect.take(stats, rows), length)), rows.size)
 
+    def threshold_negatives(length: int):
+        """(scores per detector, {set: count}) of the negatives that set the threshold at ``length``:
+        the primary set's; human ones pooled with the model ones where fewer than
+        MIN_THRESHOLD_NEGATIVES human texts are that long (module doc)."""
+        neg, count = negatives_at(primary, length)
+        used = {primary: count}
+        if primary == "human" and count < MIN_THRESHOLD_NEGATIVES:
+            extra, used["model"] = negatives_at("model", length)
+            if count == 0:
+                neg = extra
+            elif used["model"]:
+                neg = {k: np.concatenate([neg[k], extra[k]]) for k in neg}
+        return neg, used
+
     rng = jax.random.key(seed)
     shortest = int(np.min(test_pos["lengths"] - test_pos["starts"]))
     grid = [x for x in lengths if x <= shortest]
     curves, counts = {}, []
     for i, length in enumerate(grid):
         pos = score_all(test_pos, detect.truncate(st["tp"], length))
-        neg, count = negatives_at(primary, length)
-        counts.append(count)
+        neg, used = threshold_negatives(length)
+        counts.append(used)
         for name in pos:
-            if count == 0:
-                curves.setdefault(name, []).append({"value": float("nan"), "lower": float("nan"),
-                                                    "upper": float("nan")})
-                continue
-            est = metrics.bootstrap_tpr_at_fpr(pos[name], neg[name], ALPHA, jax.random.fold_in(rng, 100 + i),
-                                               num_resamples=num_resamples)
-            curves.setdefault(name, []).append(_estimate(est))
+            rng_i = jax.random.fold_in(rng, 100 + i)
+            if name.startswith("mean"):  # calibrated: p <= 0.01, as its FPR below and the Gumbel-max detectors
+                est = metrics.bootstrap_tpr_at_alpha(-pos[name], ALPHA, rng_i, num_resamples=num_resamples)
+            elif sum(used.values()) == 0:
+                est = None
+            else:
+                est = metrics.bootstrap_tpr_at_fpr(pos[name], neg[name], ALPHA, rng_i, num_resamples=num_resamples)
+            curves.setdefault(name, []).append(_estimate(est) if est is not None else
+                                               {"value": float("nan"), "lower": float("nan"), "upper": float("nan")})
     roc_len = min(roc_length, shortest)
-    while roc_len > 1 and negatives_at(primary, roc_len)[1] == 0:
+    while roc_len > 1 and sum(threshold_negatives(roc_len)[1].values()) == 0:
         roc_len -= 1  # human texts can be short: the ROC uses a length some negatives reach
     pos = score_all(test_pos, detect.truncate(st["tp"], roc_len))
-    neg, _ = negatives_at(primary, roc_len)
+    neg, _ = threshold_negatives(roc_len)
     roc = {name: _roc(pos[name], neg[name]) for name in pos}
     fpr = {}
     for which in ("model", "human"):
@@ -401,9 +435,12 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
                 flags = other[name] > threshold
             fpr[which][name] = _fpr_estimate(flags)
     return {"decoder": "synthid", "num_layers": num_layers, "mixture": mixture, "lengths": grid, "tpr": curves,
-            "negatives": primary, "negatives_per_length": counts, "roc_length": roc_len, "roc": roc,
+            "negatives": primary, "negatives_per_length": [sum(c.values()) for c in counts],
+            "threshold_negatives_per_length": counts, "roc_length": roc_len, "roc": roc,
             "fpr_at_threshold": fpr, "draft_fraction": p_draft,
-            "threshold": f"1% FPR on the {primary} test negatives with at least that many tokens",
+            "threshold": (f"Bayes-* and Oracle: 1% FPR on the {primary} test negatives with at least that many tokens"
+                          + (f", pooled with the model negatives where fewer than {MIN_THRESHOLD_NEGATIVES} are"
+                             if primary == "human" else "") + "; mean: p <= 0.01 (exact null)"),
             "chosen_l2": {k: d.info.get("l2") for k, d in fitted.items()},
             "train_texts": len(train_pos["indices"]), "test_texts": len(test_pos["indices"]),
             "test_negatives": len(test_neg["indices"]),

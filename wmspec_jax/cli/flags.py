@@ -38,10 +38,14 @@ FLAG_HELP = {
     "dtype": "params dtype of checkpoints: float32 or bfloat16",
     "dataset": "builtin-eli5[:split], builtin-c4[:split], eli5:PATH or c4:PATH (wmspec_jax.data)",
     "num_prompts": "texts per run of the speed table (Tables 1-2)",
-    "num_detection_texts": "texts per detection run (half train, half test; >= 4)",
+    "num_detection_texts": "texts per detection run (train + test; >= 4)",
+    "num_detection_train": "of each detection run's texts, how many (the lowest indices) train the detectors; "
+                           "the rest test (0: half)",
     "max_new_tokens": "generated tokens per text",
     "max_prompt_tokens": "longest prompt in tokens (a longer prompt is an error, never cut silently)",
-    "batch_size": "rows per jitted generation call",
+    "batch_size": "rows per jitted generation call (the speed table's PTT is per token at this batch)",
+    "detection_batch_size": "rows per generation call of the detection runs (0: --batch_size); the texts do "
+                            "not depend on it",
     "lookaheads": "K values of the speed table",
     "detect_lookahead": "K of the detection runs",
     "gumbel_temperature": "temperature of the Gumbel-max runs (paper: 0.5)",
@@ -170,7 +174,7 @@ def settings_from_flags(base: Settings = Settings(), *, allow_demo_secret: bool 
                 v = tuple(int(x) for x in v)
             except ValueError:
                 raise app.UsageError(f"--{field.name} must be a comma-separated list of ints, got {v}") from None
-        if field.name == "top_k":
+        if field.type == "Optional[int]":  # 0 means "none" / "the default" (top_k, detection_*)
             v = v or None
         values[field.name] = v
     try:

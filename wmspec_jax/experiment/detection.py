@@ -23,10 +23,14 @@ DETECTORS_DIR = "detectors"
 
 
 def detection_runs(s: Settings, decoder: str) -> tuple:
-    """(positives, negatives): Alg. 1 and standard speculative sampling at K = ``detect_lookahead``."""
+    """(positives, negatives): Alg. 1 at K = ``detect_lookahead`` and plain sampling from the target.
+
+    The negatives' law is the target's P either way; plain sampling is used rather than standard
+    speculative sampling (the same law, Thm. 4.1) because it costs less per token at a batch.
+    """
     t = s.temperature(decoder)
     return (runs.RunSpec("pseudorandom", decoder, s.detect_lookahead, t, s.synthid_layers),
-            runs.RunSpec("standard", decoder, s.detect_lookahead, t, s.synthid_layers))
+            runs.RunSpec("plain", decoder, 0, t, s.synthid_layers))
 
 
 def detection_texts(session: Session, decoder: str) -> dict:
@@ -34,16 +38,17 @@ def detection_texts(session: Session, decoder: str) -> dict:
 
     Returns:
       dict of :func:`wmspec_jax.evaluation.texts_from_records` dicts —
-      ``ptr``, ``pte`` (Alg. 1, train / test halves), ``ntr``, ``nte``
-      (standard speculative sampling), ``htr``, ``hte`` (human answers of the
-      same prompts, or None) — every text keyed with the positive run's key of
-      its index; plus ``runs`` (positive, negative :class:`RunSpec`).
+      ``ptr``, ``pte`` (Alg. 1, train / test parts: ``num_detection_train``
+      texts train), ``ntr``, ``nte`` (plain sampling from the target),
+      ``htr``, ``hte`` (human answers of the same prompts, or None) — every
+      text keyed with the positive run's key of its index; plus ``runs``
+      (positive, negative :class:`RunSpec`).
     """
     s = session.settings
     pos_run, neg_run = detection_runs(s, decoder)
-    pos = session.records(pos_run, s.num_detection_texts)
-    neg = session.records(neg_run, s.num_detection_texts)
-    (ptr, pte), (ntr, nte) = evaluation.split_half(pos), evaluation.split_half(neg)
+    pos = session.records(pos_run, s.num_detection_texts, s.detection_rows)
+    neg = session.records(neg_run, s.num_detection_texts, s.detection_rows)
+    (ptr, pte), (ntr, nte) = (evaluation.split_train_test(r, s.num_detection_train) for r in (pos, neg))
 
     def texts(recs):  # every text is scored under the positive run's key of its index
         return evaluation.texts_from_records(recs, session.prompts,

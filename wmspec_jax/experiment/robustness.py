@@ -56,7 +56,7 @@ import numpy as np
 from wmspec_jax import detect, evaluation, prf, results, runs
 from wmspec_jax import edits as edits_lib
 from wmspec_jax.detect import metrics
-from wmspec_jax.experiment.detection import DETECTORS_DIR, detection_texts, run_detection
+from wmspec_jax.experiment.detection import DETECTORS_DIR, detection_runs, detection_texts, run_detection
 from wmspec_jax.experiment.session import Session, log
 from wmspec_jax.experiment.settings import GUMBEL, SYNTHID, Settings
 from wmspec_jax.experiment.tables import write_csv
@@ -283,7 +283,8 @@ def run_robustness(session: Session, rs: RobustnessSettings = RobustnessSettings
         t = detection_texts(session, dec)
         pos_run, neg_run = t["runs"]
         brun = basic_run(s, dec)
-        _, basic_test = evaluation.split_half(session.records(brun, s.num_detection_texts))
+        _, basic_test = evaluation.split_train_test(session.records(brun, s.num_detection_texts, s.detection_rows),
+                                                    s.num_detection_train)
         sets = {"alg1": t["pte"], "basic": _texts_of(session, brun, basic_test)}
         provenance = detect.streams.statistics_provenance(t["ptr"]["keys"], dec, s.synthid_layers if dec == SYNTHID
                                                           else 0, prf.DEFAULT_CONTEXT_WIDTH)
@@ -341,9 +342,13 @@ def saved_detection(session: Session):
 
 def _fingerprint(s: Settings, rs: RobustnessSettings) -> dict:
     """What a stored cell depends on beyond its id (a changed value recomputes it)."""
-    return {"num_detection_texts": s.num_detection_texts, "num_resamples": s.num_resamples, "span": rs.span,
-            "num_auc_resamples": rs.num_auc_resamples, "synthid_mixture": s.synthid_mixture,
-            "key_fingerprint": s.secret.fingerprint, "detect_lookahead": s.detect_lookahead}
+    out = {"num_detection_texts": s.num_detection_texts, "num_resamples": s.num_resamples, "span": rs.span,
+           "num_auc_resamples": rs.num_auc_resamples, "synthid_mixture": s.synthid_mixture,
+           "key_fingerprint": s.secret.fingerprint, "detect_lookahead": s.detect_lookahead,
+           "negatives": detection_runs(s, GUMBEL)[1].method}  # they train SynthID's detectors without human text
+    if s.num_detection_train is not None:  # absent = half, as in cells stored before the field existed
+        out["num_detection_train"] = s.num_detection_train
+    return out
 
 
 def _complete(store, cid: str, s: Settings, rs: RobustnessSettings) -> bool:

@@ -114,9 +114,10 @@ class Session:
         self.prompt_set = prompt_set.take(need, seed=s.seed)
         t0 = time.perf_counter()
         mesh = sharding.make_mesh(s.mesh) if s.mesh else None
-        if mesh is not None and s.batch_size % mesh.shape[sharding.DATA]:
-            raise ValueError(f"--batch_size={s.batch_size} must be a multiple of the mesh's data axis "
-                             f"({mesh.shape[sharding.DATA]})")
+        for name, rows in (("batch_size", s.batch_size), ("detection_batch_size", s.detection_rows)):
+            if mesh is not None and rows % mesh.shape[sharding.DATA]:
+                raise ValueError(f"--{name}={rows} must be a multiple of the mesh's data axis "
+                                 f"({mesh.shape[sharding.DATA]})")
         self.pair = pair or pairs.load_pair(s.target, s.draft, s.dtype, mesh=mesh)
         log(f"pair {self.pair.name} ready in {time.perf_counter() - t0:.1f}s; "
             f"{need} prompts from {prompt_set.name}")
@@ -156,11 +157,13 @@ class Session:
         else:
             self.close()
 
-    def records(self, run: runs.RunSpec, num_texts: int) -> list:
+    def records(self, run: runs.RunSpec, num_texts: int, batch_size: Optional[int] = None) -> list:
+        """The records of ``run`` on prompts 0..num_texts-1, generated where missing, ``batch_size``
+        rows per call (default ``settings.batch_size``; the texts do not depend on it)."""
         s = self.settings
         return runs.generate_run(
             run, self.pair, self.prompts[:num_texts], self.prompt_lengths[:num_texts], self.store,
-            secret=s.secret, seed=s.seed, max_new_tokens=s.max_new_tokens, batch_size=s.batch_size,
+            secret=s.secret, seed=s.seed, max_new_tokens=s.max_new_tokens, batch_size=batch_size or s.batch_size,
             eos_id=self.pair.eos_id if s.stop_at_eos else None, top_k=s.top_k, log=log)
 
     def keys_for(self, run: runs.RunSpec, indices) -> keys.StreamKeys:

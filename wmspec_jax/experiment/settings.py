@@ -39,10 +39,12 @@ class Settings:
     dtype: str = "float32"
     dataset: str = "builtin-eli5"
     num_prompts: int = 16  # texts per run of the speed table
-    num_detection_texts: int = 48  # texts per detection run (half train, half test)
+    num_detection_texts: int = 48  # texts per detection run
+    num_detection_train: Optional[int] = None  # of which train the detectors (None: half); the rest test
     max_new_tokens: int = 48
     max_prompt_tokens: int = 96
     batch_size: int = 8
+    detection_batch_size: Optional[int] = None  # rows per call of the detection runs (None: batch_size)
     lookaheads: tuple = (2, 3, 4)
     detect_lookahead: int = 3
     gumbel_temperature: float = 0.5
@@ -92,6 +94,13 @@ class Settings:
                 positive_int(name, v)
         if self.top_k is not None:
             positive_int("top_k", self.top_k)
+        if self.detection_batch_size is not None:
+            positive_int("detection_batch_size", self.detection_batch_size)
+        if self.num_detection_train is not None:
+            positive_int("num_detection_train", self.num_detection_train, 2)
+            if self.num_detection_texts - self.num_detection_train < 2:
+                raise ValueError(f"--num_detection_train={self.num_detection_train} leaves fewer than 2 of the "
+                                 f"{self.num_detection_texts} --num_detection_texts to test")
         for name in ("gumbel_temperature", "synthid_temperature"):
             t = getattr(self, name)
             if isinstance(t, bool) or not isinstance(t, (int, float, np.floating, np.integer)) or not (
@@ -119,9 +128,11 @@ class Settings:
                 spec = sharding.parse_mesh_spec(self.mesh)
             except ValueError as e:
                 raise ValueError(f"--mesh: {e}") from None
-            if spec.data > 0 and self.batch_size % spec.data:
-                raise ValueError(f"--batch_size={self.batch_size} must be a multiple of the mesh's data axis "
-                                 f"({spec.data}): each device holds the same number of rows")
+            for name in ("batch_size", "detection_batch_size"):
+                rows = getattr(self, name)
+                if spec.data > 0 and rows is not None and rows % spec.data:
+                    raise ValueError(f"--{name}={rows} must be a multiple of the mesh's data axis "
+                                     f"({spec.data}): each device holds the same number of rows")
 
     def public(self) -> dict:
         """The settings without the secret (results never hold key material): its fingerprint instead."""
@@ -132,6 +143,11 @@ class Settings:
 
     def temperature(self, decoder: str) -> float:
         return self.gumbel_temperature if decoder == GUMBEL else self.synthid_temperature
+
+    @property
+    def detection_rows(self) -> int:
+        """Rows per generation call of the detection runs (texts do not depend on it)."""
+        return self.detection_batch_size or self.batch_size
 
 
 # Settings that change the generated texts: a resumed output_dir must keep them. The secret is

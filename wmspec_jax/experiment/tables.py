@@ -41,8 +41,10 @@ def detection_markdown(out: dict) -> str:
             fpr = res["fpr_at_alpha"]
         else:
             head = f"SynthID (m={res['num_layers']}, {res['mixture']} mixture)"
-            how = (f"threshold: 1% FPR on the {res['negatives']} test negatives with at least that many tokens "
-                   f"({', '.join(map(str, res['negatives_per_length']))} of them per length)")
+            used = res.get("threshold_negatives_per_length") or [{res["negatives"]: n}
+                                                                   for n in res["negatives_per_length"]]
+            how = (f"threshold: {res['threshold']} (negatives per length: "
+                   + ", ".join(" + ".join(f"{n} {k}" for k, n in u.items()) for u in used) + ")")
             fpr = res["fpr_at_threshold"]
         lines = [f"**{head}**, T = {res['temperature']:g}: {res['test_texts']} watermarked test texts, "
                  f"{res['test_negatives']} unwatermarked model texts, {res['test_human_negatives']} human texts; "
