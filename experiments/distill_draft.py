@@ -58,9 +58,6 @@ chunks from the first step (a slightly different asset).
 Draft v1 (``smollm2_draft.npz``, loadable as ``builtin.load_draft(name="v1")``;
 the draft of results produced before issue 15). Commands used for it (2-core
 CPU, run from the repository root)::
-Draft v1 (``smollm2_draft.npz``, loadable as ``builtin.load_draft(name="v1")``;
-the draft of results produced before issue 15). Commands used for it (2-core
-CPU, run from the repository root)::
 
   mkdir -p /tmp/wmspec_draft
   nohup /work/venv/bin/python experiments/distill_draft.py --mode=sample --repeats=1 \

@@ -428,7 +428,9 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
         other, count = negatives_at(which, roc_len)
         fpr[which] = {}
         for name in pos:
-            if name.startswith("mean"):  # calibrated: p <= 0.01
+            if count == 0:  # none of this set reaches the ROC length (the pooled negatives do)
+                flags = np.zeros(0, bool)
+            elif name.startswith("mean"):  # calibrated: p <= 0.01
                 flags = other[name] >= -np.log(ALPHA)
             else:
                 _, threshold = metrics.tpr_at_fpr(pos[name], neg[name], ALPHA)
