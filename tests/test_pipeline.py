@@ -208,7 +208,7 @@ def test_detection_outputs_are_complete(pipeline_outputs):
         assert d.provenance.key_fingerprint == keys.Secret(SECRET).fingerprint
 
 
-def test_detection_runs_use_their_split_batch_size_and_plain_negatives(pipeline_outputs):
+def test_detection_runs_use_their_batch_size_and_plain_negatives(pipeline_outputs):
     out, _, _, det = pipeline_outputs
     with open(os.path.join(out, "generations.jsonl")) as f:
         records = [json.loads(line) for line in f]

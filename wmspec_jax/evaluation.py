@@ -40,6 +40,7 @@ Detection protocol (Sec. 5, App. E.1), per decoder:
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional, Sequence
 
@@ -374,6 +375,7 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
         out = score_set(detectors, stats, texts, seed + 1)
         return {k: np.asarray(detect.decision_scores(v)) for k, v in out.items()}
 
+    @functools.lru_cache(maxsize=None)  # the curves, the ROC and the FPR ask for the same (set, length)
     def negatives_at(which: str, length: int):
         """(scores per detector, count) of the negatives of a set with >= length tokens, truncated there."""
         texts, stats = texts_neg[which], st[f"tn_{which}"]
@@ -407,7 +409,7 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
         counts.append(used)
         for name in pos:
             rng_i = jax.random.fold_in(rng, 100 + i)
-            if name.startswith("mean"):  # calibrated: p <= 0.01, as its FPR below and the Gumbel-max detectors
+            if detectors[name].calibrated:  # the mean test: p <= 0.01, as its FPR below and the Gumbel-max detectors
                 est = metrics.bootstrap_tpr_at_alpha(-pos[name], ALPHA, rng_i, num_resamples=num_resamples)
             elif sum(used.values()) == 0:
                 est = None
@@ -416,10 +418,11 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
             curves.setdefault(name, []).append(_estimate(est) if est is not None else
                                                {"value": float("nan"), "lower": float("nan"), "upper": float("nan")})
     roc_len = min(roc_length, shortest)
-    while roc_len > 1 and sum(threshold_negatives(roc_len)[1].values()) == 0:
+    neg, used = threshold_negatives(roc_len)
+    while roc_len > 1 and sum(used.values()) == 0:
         roc_len -= 1  # human texts can be short: the ROC uses a length some negatives reach
+        neg, used = threshold_negatives(roc_len)
     pos = score_all(test_pos, detect.truncate(st["tp"], roc_len))
-    neg, _ = threshold_negatives(roc_len)
     roc = {name: _roc(pos[name], neg[name]) for name in pos}
     fpr = {}
     for which in ("model", "human"):
@@ -430,7 +433,7 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
         for name in pos:
             if count == 0:  # none of this set reaches the ROC length (the pooled negatives do)
                 flags = np.zeros(0, bool)
-            elif name.startswith("mean"):  # calibrated: p <= 0.01
+            elif detectors[name].calibrated:  # p <= 0.01
                 flags = other[name] >= -np.log(ALPHA)
             else:
                 _, threshold = metrics.tpr_at_fpr(pos[name], neg[name], ALPHA)
