@@ -20,6 +20,8 @@ Reported ratios (also in the JSON, under ``ratios``):
   ratio within a round (the two ran back to back), with its range.
 
   python benchmarks/bench_speculative.py --pair=builtin --batch_size=1 --max_new_tokens=48
+  python benchmarks/bench_speculative.py --pair=builtin --batch_size=1 --num_calls=8 \
+      --methods=plain,standard --lookahead=1      # 8 questions one at a time, summed
   python benchmarks/bench_speculative.py --pair=tiny_llama --decoder=synthid --top_k=100 --batch_size=32
 
 ``--pair=tiny_llama`` is a random 2-layer Llama (d = 128, V = 32000) with a
@@ -49,6 +51,8 @@ flags.DEFINE_enum("decoder", "gumbel", ["gumbel", "synthid"], "watermark decoder
 flags.DEFINE_integer("num_layers", 30, "SynthID tournament layers m")
 flags.DEFINE_integer("lookahead", 3, "K of the speculative methods")
 flags.DEFINE_integer("batch_size", 8, "rows per call")
+flags.DEFINE_integer("num_calls", 1, "calls per method and round, each on the next batch_size prompts "
+                     "(times and tokens summed): at batch 1 one prompt's acceptance is far from the mean")
 flags.DEFINE_integer("max_new_tokens", 64, "generated tokens per row")
 flags.DEFINE_integer("prompt_length", 32, "prompt tokens (toy / tiny_llama: random ids; builtin: questions, padded)")
 flags.DEFINE_float("temperature", 0.7, "temperature")
@@ -63,8 +67,9 @@ UNWATERMARKED = {"basic": "plain", "hu": "standard", "dathathri": "standard", "p
 
 
 def load_pair():
-    """(name, target, target_params, draft, draft_params, prompts int32[B, P], lengths int32[B])."""
-    b, p = FLAGS.batch_size, FLAGS.prompt_length
+    """(name, target, target_params, draft, draft_params, prompts int32[C * B, P], lengths int32[C * B]),
+    C = ``--num_calls``."""
+    b, p = FLAGS.batch_size * FLAGS.num_calls, FLAGS.prompt_length
     if FLAGS.pair == "builtin":
         from wmspec_jax import data, pairs
 
@@ -115,31 +120,33 @@ def bare_model_calls(target, params, prompts, lengths, capacity: int):
 
 def main(argv):
     del argv
-    name, target, tp, draft, dp, prompts, lengths = load_pair()
-    bsz = prompts.shape[0]
-    keys = prf.stream_keys([f"bench-{i}" for i in range(bsz)])
-    rngs = jax.random.split(jax.random.key(0), bsz)
+    name, target, tp, draft, dp, all_prompts, all_lengths = load_pair()
+    bsz, num_calls = FLAGS.batch_size, FLAGS.num_calls
+    all_keys = prf.stream_keys([f"bench-{i}" for i in range(bsz * num_calls)])
+    all_rngs = jax.random.split(jax.random.key(0), bsz * num_calls)
+    rows_of = [slice(c * bsz, (c + 1) * bsz) for c in range(num_calls)]
     dec = decoders.WatermarkDecoder(FLAGS.decoder, FLAGS.num_layers)
-    calls = {}
+    calls = {}  # method -> ([args of each call], extra): every call has the same shapes (one executable)
     for method in FLAGS.methods:
         spec = speculative.METHODS[method]
         cfg = speculative.SpeculativeConfig(
             method=method, decoder=dec, lookahead=FLAGS.lookahead if spec.speculative else 0,
             max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature, top_k=FLAGS.top_k or None)
         extra = dict(draft=draft, draft_params=dp) if spec.speculative else {}
-        args = (target, tp, prompts, lengths, keys, rngs, cfg)
+        per_call = [(target, tp, all_prompts[r], all_lengths[r], all_keys[r], all_rngs[r], cfg) for r in rows_of]
         t0 = time.perf_counter()
-        speculative.precompile(*args, **extra)
+        speculative.precompile(*per_call[0], **extra)
         print(f"compiled {method} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-        calls[method] = (args, extra)
+        calls[method] = (per_call, extra)
     # plain decoding again at half the budget: the difference of the two is the
     # marginal cost of a loop step, free of the prefill and the call's fixed costs
     half = None
     if "plain" in calls:
-        args, extra = calls["plain"]
-        half_cfg = dataclasses.replace(args[-1], max_new_tokens=max(1, FLAGS.max_new_tokens // 2))
-        half = (args[:-1] + (half_cfg,), extra)
-        speculative.precompile(*half[0], **half[1])
+        per_call, extra = calls["plain"]
+        half_cfg = dataclasses.replace(per_call[0][-1], max_new_tokens=max(1, FLAGS.max_new_tokens // 2))
+        half = ([args[:-1] + (half_cfg,) for args in per_call], extra)
+        speculative.precompile(*half[0][0], **half[1])
+    prompts, lengths = all_prompts[rows_of[0]], all_lengths[rows_of[0]]
     prefill, decode_steps = bare_model_calls(target, tp, prompts, lengths,
                                              int(prompts.shape[1]) + FLAGS.max_new_tokens + 8)
 
@@ -150,13 +157,16 @@ def main(argv):
     times["bare_decode"], times["bare_prefill"] = [], []
     counts = {}
     for r in range(FLAGS.repeats):
-        for method, (args, extra) in timed.items():
+        for method, (per_call, extra) in timed.items():
+            tokens = steps = 0
             t0 = time.perf_counter()
-            res = speculative.generate(*args, **extra)
-            jax.block_until_ready(res.tokens)
+            for args in per_call:
+                res = speculative.generate(*args, **extra)
+                jax.block_until_ready(res.tokens)
+                tokens += int(np.sum(np.asarray(res.lengths) - np.asarray(res.prompt_lengths)))
+                steps += int(np.max(np.asarray(res.num_steps)))
             times[method].append(time.perf_counter() - t0)
-            counts[method] = (int(np.sum(np.asarray(res.lengths) - np.asarray(res.prompt_lengths))),
-                              int(np.max(np.asarray(res.num_steps))))
+            counts[method] = (tokens, steps)  # summed over the calls (the same every round)
         t0 = time.perf_counter()
         prefill()
         times["bare_prefill"].append(time.perf_counter() - t0)
@@ -181,7 +191,7 @@ def main(argv):
     if "plain" in rows:
         steps = rows["plain"]["loop_steps"]
         ratios["plain call/(bare prefill + steps x bare decode)"] = (
-            1e3 * rows["plain"]["seconds_median"] / (prefill_ms + steps * bare_ms))
+            1e3 * rows["plain"]["seconds_median"] / (num_calls * prefill_ms + steps * bare_ms))
         half_steps = counts["plain_half"][1]
         marginal_ms = 1e3 * (rows["plain"]["seconds_median"] - float(np.median(times["plain_half"]))) / (
             steps - half_steps)
@@ -199,7 +209,8 @@ def main(argv):
             ratios[key] = float(np.median(per_round))
             spreads[key] = [float(per_round.min()), float(per_round.max())]
 
-    print(f"\n{name}, {dec.label}, K={FLAGS.lookahead}, batch {bsz}, {FLAGS.max_new_tokens} new tokens, "
+    print(f"\n{name}, {dec.label}, K={FLAGS.lookahead}, batch {bsz} x {num_calls} calls, "
+          f"{FLAGS.max_new_tokens} new tokens, "
           f"T={FLAGS.temperature}, top-k={FLAGS.top_k or 'none'}, median of {FLAGS.repeats} rounds "
           f"({jax.devices()[0].platform})")
     print(f"{'method':14s} {'ms/token':>9s} {'ms/step':>9s} {'(min-max)':>17s} {'tok/step':>8s}")
@@ -216,6 +227,7 @@ def main(argv):
         print(f"  {key:48s} {value:6.3f}{spread}")
     results.atomic_write_json(FLAGS.output, {
         "pair": name, "decoder": dec.label, "lookahead": FLAGS.lookahead, "batch_size": bsz,
+        "num_calls": num_calls,
         "max_new_tokens": FLAGS.max_new_tokens, "temperature": FLAGS.temperature, "top_k": FLAGS.top_k or None,
         "repeats": FLAGS.repeats, "devices": [str(d) for d in jax.devices()], "rows": rows,
         "bare_decode_ms_per_step": bare_ms, "bare_prefill_ms": prefill_ms, "ratios": ratios,

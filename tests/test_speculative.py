@@ -222,6 +222,26 @@ def test_eos_budget_and_records():
     assert np.isnan(u[src == speculative.SOURCE_TARGET]).all()
 
 
+@pytest.mark.parametrize("method,k,kw", [("pseudorandom", 3, dict(eos_id=2)), ("plain", 0, dict(eos_id=2)),
+                                          ("standard", 2, dict(temperature=0.5, top_k=2))])
+def test_target_logprob_record_is_the_targets_temperature_one_log_prob(method, k, kw):
+    """LOGPPL's terms come from the loop's own target forwards: log P(w_t | w_{t-1}) of the
+    Markov target at T = 1 without top-k (whatever the sampling temperature / top-k), at every
+    generated position and nowhere else; log_perplexity equals runs.log_perplexity."""
+    from wmspec_jax import runs
+
+    res = run(method, k, GUMBEL, n=200, max_new=11, **kw)
+    toks, lp = np.asarray(res.tokens), np.asarray(res.target_logprob)
+    plen, lengths = np.asarray(res.prompt_lengths), np.asarray(res.lengths)
+    pos = np.arange(toks.shape[1])[None]
+    generated = (pos >= plen[:, None]) & (pos < lengths[:, None])
+    assert np.isnan(lp[~generated]).all() and np.isfinite(lp[generated]).all()
+    expect = np.log(P_TAB)[toks[:, :-1], toks[:, 1:]]
+    np.testing.assert_allclose(lp[:, 1:][generated[:, 1:]], expect[generated[:, 1:]], rtol=0, atol=1e-5)
+    reference = runs.log_perplexity(MODEL, TARGET, toks, plen, lengths)
+    np.testing.assert_allclose(res.log_perplexity(), reference, rtol=0, atol=1e-5)
+
+
 def test_records_are_rebuildable_from_text_and_key():
     """The acceptance u and the draft-stream Gumbel choice can be recomputed by a detector."""
     res = eos_run()

@@ -27,9 +27,12 @@ decisions, but each writes only the rows its devices hold, to its own file
 
 Records hold what Tables 1-2 and Fig. 2 need: the generated ids, their
 sources (draft / residual / target), steps, tokens per step (AATPS), the
-log-perplexity of the text under the target at temperature 1 (LOGPPL), and
-the wall time of the batch (PTT), measured after compiling ahead of time
-(:func:`wmspec_jax.speculative.precompile`).
+log-perplexity of the text under the target at temperature 1 (LOGPPL, read
+off the generation loop's own target forwards:
+:meth:`wmspec_jax.speculative.GenerationResult.log_perplexity`; before issue
+15 a second full forward per batch computed it, :func:`log_perplexity`, which
+stays as the reference), and the wall time of the batch (PTT), measured after
+compiling ahead of time (:func:`wmspec_jax.speculative.precompile`).
 """
 
 from __future__ import annotations
@@ -226,10 +229,9 @@ def generate_run(
             res = speculative.generate(*args, draft=draft[0], draft_params=draft[1])
             jax.block_until_ready(res.tokens)
             seconds = time.perf_counter() - t0
-            tokens, source, plen, length, steps = (_host(x) for x in (
-                res.tokens, res.source, res.prompt_lengths, res.lengths, res.num_steps))
-            ppl = _host(_log_perplexity(pair.target, pair.target_params, res.tokens, res.prompt_lengths,
-                                        res.lengths)).astype(np.float64)
+            tokens, source, plen, length, steps, logprob = (_host(x) for x in (
+                res.tokens, res.source, res.prompt_lengths, res.lengths, res.num_steps, res.target_logprob))
+            ppl = res._replace(target_logprob=logprob, prompt_lengths=plen, lengths=length).log_perplexity()
             new_tokens = int(np.sum(length - plen))
             own_rows = set(sharding.local_rows(res.lengths)[0].tolist())
             records, own = [], []

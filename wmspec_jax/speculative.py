@@ -146,6 +146,10 @@ class GenerationResult(NamedTuple):
       accept_u: float32[B, L] the u compared with min(1, P/Q) at that
         position (NaN where no test happened: bonus / non-speculative).
       accept_prob: float32[B, L] min(1, P/Q) of the draft proposed there (NaN where none).
+      target_logprob: float32[B, L] log P(w_t | w_<t) of each generated token
+        under the target at temperature 1 without top-k, from the loop's own
+        target forwards (NaN where nothing was generated); see
+        :meth:`log_perplexity`.
       num_steps: int32[B] loop steps that emitted tokens.
       tokens_per_step: int32[B, max_new_tokens] tokens emitted at each step (0 after the end).
     """
@@ -157,6 +161,7 @@ class GenerationResult(NamedTuple):
     watermarked: jax.Array
     accept_u: jax.Array
     accept_prob: jax.Array
+    target_logprob: jax.Array
     num_steps: jax.Array
     tokens_per_step: jax.Array
 
@@ -164,6 +169,19 @@ class GenerationResult(NamedTuple):
         """The generated token ids of one row (host array)."""
         p, n = int(self.prompt_lengths[row]), int(self.lengths[row])
         return np.asarray(self.tokens[row, p:n])
+
+    def log_perplexity(self) -> np.ndarray:
+        """Per-row mean −log P(w_t | w_<t) of the generated tokens (LOGPPL, Tables 1-2): float64[B].
+
+        Natural log, the target at temperature 1 without top-k, as
+        :func:`wmspec_jax.runs.log_perplexity` computes with a separate
+        forward pass (equal up to float32 rounding of cached vs. one-pass
+        attention); 0 for a row with no generated token.
+        """
+        lp = np.asarray(self.target_logprob, np.float64)
+        generated = (np.arange(lp.shape[1])[None] >= np.asarray(self.prompt_lengths)[:, None]) & (
+            np.arange(lp.shape[1])[None] < np.asarray(self.lengths)[:, None])
+        return -np.where(generated, lp, 0.0).sum(1) / np.maximum(generated.sum(1), 1)
 
     def tokens_per_step_mean(self) -> np.ndarray:
         """Per-row average accepted tokens per step (AATPS, in [1, K + 1]): float64[B]."""
@@ -196,6 +214,7 @@ def _generate_core(target: LanguageModel, draft: Optional[LanguageModel], config
         watermarked=rec.watermarked,
         accept_u=rec.accept_u,
         accept_prob=rec.accept_prob,
+        target_logprob=rec.target_logprob,
         num_steps=state.num_steps,
         tokens_per_step=state.tokens_per_step,
     )

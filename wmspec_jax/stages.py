@@ -99,12 +99,16 @@ class Records(NamedTuple):
         distribution (False at repeated contexts and for unwatermarked draws).
       accept_u: float32 u compared with min(1, P/Q) there (NaN: no test).
       accept_prob: float32 min(1, P/Q) of the draft proposed there (NaN: none).
+      target_logprob: float32 log P(w_t | w_<t) of the token under the target
+        at temperature 1 without top-k (NaN where no token was generated):
+        LOGPPL's terms, read off the verify forward that runs anyway.
     """
 
     source: jax.Array
     watermarked: jax.Array
     accept_u: jax.Array
     accept_prob: jax.Array
+    target_logprob: jax.Array
 
 
 class LoopState(NamedTuple):
@@ -233,13 +237,14 @@ def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.
 
     Returns:
       (Candidates [B, K + 1, C]: P after w_{1:n}, after d_1, ..., after d_{1:K};
-      the target cache; bool[B] nonfinite logits).
+      the target cache; bool[B] nonfinite logits; the raw float32[B, K + 1, V]
+      logits, for :func:`commit`'s ``target_logprob`` record).
     """
     k = st.lookahead
     logits, cache = model.step(inputs.target_params, cache, row_slice(tokens, n - 1, k + 1),
                                jnp.full_like(n, k + 1))
     p, bad = st.process(logits)
-    return p, cache, jnp.any(bad, axis=1)
+    return p, cache, jnp.any(bad, axis=1), logits
 
 
 def acceptance_uniforms(st: Static, inputs: Inputs, tokens: jax.Array, n: jax.Array, fresh: jax.Array) -> jax.Array:
@@ -316,13 +321,16 @@ def resample(st: Static, inputs: Inputs, p: Candidates, drafts: Optional[Drafts]
 
 def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: jax.Array,
            final_token: jax.Array, final_source: jax.Array, final_watermarked: jax.Array,
-           drafts: Optional[Drafts], u: Optional[jax.Array], accept_prob: Optional[jax.Array]) -> LoopState:
+           drafts: Optional[Drafts], u: Optional[jax.Array], accept_prob: Optional[jax.Array],
+           target_logits: Optional[jax.Array] = None) -> LoopState:
     """Writes the step's j + 1 tokens and their records, truncated by EOS and the budget.
 
     Args:
       tokens: int32[B, L] buffer holding the drafts (from :func:`draft`).
       j: int32[B] accepted drafts; final_*: the :func:`resample` outputs.
       drafts, u, accept_prob: the speculative records (None for K = 0).
+      target_logits: float32[B, K + 1, V] the verify forward's logits (None:
+        the ``target_logprob`` record stays NaN).
 
     Returns:
       The new :class:`LoopState` with the caches unchanged (see :func:`rollback`).
@@ -355,6 +363,10 @@ def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: j
     else:
         watermarked = final_watermarked[:, None]
         window_u = window_prob = None  # no test: the records stay NaN
+    window_logprob = None
+    if target_logits is not None:  # position i of the window is predicted by the verify logits at i
+        window_logprob = (jnp.take_along_axis(target_logits, window[..., None], axis=-1)[..., 0]
+                          - jax.nn.logsumexp(target_logits, axis=-1))
 
     def write(record, values):
         if values is None:
@@ -364,7 +376,8 @@ def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: j
 
     rec = state.records
     records = Records(write(rec.source, source), write(rec.watermarked, watermarked),
-                      write(rec.accept_u, window_u), write(rec.accept_prob, window_prob))
+                      write(rec.accept_u, window_u), write(rec.accept_prob, window_prob),
+                      write(rec.target_logprob, window_logprob))
     new_n = n + emitted
     active = emitted > 0
     step_idx = jnp.minimum(state.num_steps, st.max_new_tokens - 1)
@@ -412,7 +425,7 @@ def step(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel]
     if k > 0:
         drafts = draft(st, draft_model, inputs, draft_cache, tokens, n)
         tokens, draft_cache, nonfinite = drafts.tokens, drafts.cache, drafts.nonfinite
-    p, target_cache, target_nonfinite = verify(st, target, inputs, state.target_cache, tokens, n)
+    p, target_cache, target_nonfinite, target_logits = verify(st, target, inputs, state.target_cache, tokens, n)
     nonfinite = nonfinite | target_nonfinite
     if k > 0:
         u = acceptance_uniforms(st, inputs, tokens, n, drafts.fresh)
@@ -420,7 +433,8 @@ def step(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel]
     else:
         j = jnp.zeros_like(n)
     final_token, final_source, final_watermarked = resample(st, inputs, p, drafts, j, tokens, n)
-    new = commit(st, inputs, state, tokens, j, final_token, final_source, final_watermarked, drafts, u, accept_prob)
+    new = commit(st, inputs, state, tokens, j, final_token, final_source, final_watermarked, drafts, u, accept_prob,
+                 target_logits)
     target_cache, draft_cache = rollback(st, target, draft_model, target_cache, draft_cache, state, j)
     return new._replace(target_cache=target_cache, draft_cache=draft_cache,
                         nonfinite=state.nonfinite | (nonfinite & ~state.done))
@@ -449,7 +463,8 @@ def initial_state(st: Static, target: LanguageModel, draft_model: Optional[Langu
         done=jnp.zeros((bsz,), bool),
         target_cache=prefill(target, inputs.target_params),
         draft_cache=prefill(draft_model, inputs.draft_params) if st.lookahead > 0 else None,
-        records=Records(jnp.full((bsz, buf_len), SOURCE_NONE, jnp.int8), jnp.zeros((bsz, buf_len), bool), nan, nan),
+        records=Records(jnp.full((bsz, buf_len), SOURCE_NONE, jnp.int8), jnp.zeros((bsz, buf_len), bool), nan, nan,
+                        nan),
         num_steps=jnp.zeros((bsz,), jnp.int32),
         tokens_per_step=jnp.zeros((bsz, st.max_new_tokens), jnp.int32),
         nonfinite=jnp.zeros((bsz,), bool),

@@ -134,3 +134,24 @@ def test_adapters_roundtrip(tmp_path, pair):
     np.testing.assert_array_equal(plain["layers"]["w_up"][1], target.params["layers"]["w_up"][2])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         draft.load_adapters(tmp_path / "missing.npz")
+
+
+def test_loop_log_perplexity_equals_a_separate_target_forward(pair):
+    """The LOGPPL read off the loop's verify forwards (K = 2, a real cached transformer with a
+    reduced-head draft) equals one full forward's over the same text (runs.log_perplexity), to
+    float32 rounding of cached vs one-pass attention."""
+    from wmspec_jax import prf, runs, speculative
+
+    target, drafted = pair
+    ids = [builtin.encode_chat(q) for q in ("Why is the sky blue?", "How do bees make honey?")]
+    width = max(map(len, ids))
+    prompts = np.asarray([i + [0] * (width - len(i)) for i in ids], np.int32)
+    cfg = speculative.SpeculativeConfig(method="standard", lookahead=2, max_new_tokens=12, temperature=0.7,
+                                        eos_id=target.config.eos_token_id)
+    res = speculative.generate(target.language_model(), target.params, prompts, [len(i) for i in ids],
+                               prf.stream_keys(["a", "b"]), jax.random.split(jax.random.key(0), 2), cfg,
+                               draft=drafted.language_model(), draft_params=drafted.params)
+    reference = runs.log_perplexity(target.language_model(), target.params, res.tokens, res.prompt_lengths,
+                                    res.lengths)
+    assert (np.asarray(res.lengths) - np.asarray(res.prompt_lengths) > 1).all()
+    np.testing.assert_allclose(res.log_perplexity(), reference, rtol=0, atol=2e-4)
