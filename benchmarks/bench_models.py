@@ -10,12 +10,14 @@ Prefill runs ``step`` over a ``--prompt_len`` prompt with the logits dropped
   python benchmarks/bench_models.py --json=/tmp/bench_models.json            # default draft
   python benchmarks/bench_models.py --draft=v1 --batch_sizes=1                # the first draft
   python benchmarks/bench_models.py --draft=v1 --head_sizes=4096,8192,16384   # cost only
+  python benchmarks/bench_models.py --batch_sizes=1 --layer_counts=2,3,4      # fewer layers, cost only
 
 ``--draft`` is a built-in draft name (``builtin.DRAFTS``) or an adapter file.
 ``--head_sizes`` times that draft with a reduced-vocabulary head of each size
 (kept ids 0..N-1: the cost does not depend on which ids are kept; 0 = the
 full head, i.e. what the draft costs without its reduced head), to choose a
-head size before training one.
+head size before training one; ``--layer_counts`` times it cut to its first N
+layers, to choose a depth before training one.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ flags.DEFINE_string("json", "", "write the results here")
 flags.DEFINE_string("draft", "", "built-in draft name or adapter file ('' = the default draft)")
 flags.DEFINE_list("head_sizes", [], "also time the draft with reduced heads of these sizes "
                   "(0: the full head)")
+flags.DEFINE_list("layer_counts", [], "also time the draft cut to its first N layers (its own head; "
+                  "cost only: the cut adapters were not trained for it)")
 
 
 def median_times(calls) -> list[float]:
@@ -95,6 +99,16 @@ def main(argv):
         if size:
             adapters["head_ids"] = jnp.arange(size, dtype=jnp.int32)
         drafts[f"head{size or 'full'}"] = draft.make_draft(target, layers, adapters)
+    for count in map(int, FLAGS.layer_counts):
+        layers, adapters, _ = draft.load_adapters(
+            builtin.draft_asset_path(FLAGS.draft or builtin.DEFAULT_DRAFT)
+            if FLAGS.draft in builtin.DRAFTS or not FLAGS.draft else FLAGS.draft)
+        if not 1 <= count <= len(layers):
+            raise app.UsageError(f"--layer_counts: {count} is not in 1..{len(layers)}")
+        cut = {k: (v if k in ("final_norm", "head_ids") else
+                   {n: w[:count] for n, w in v.items()} if isinstance(v, dict) else v[:count])
+               for k, v in adapters.items()}
+        drafts[f"layers{count}"] = draft.make_draft(target, layers[:count], cut)
     results = {"device": str(jax.devices()[0]), "dtype": FLAGS.dtype, "draft": drafted.name,
                "draft_head": int(drafted.params["head_ids"].shape[0]) if "head_ids" in drafted.params
                else target.config.vocab_size,

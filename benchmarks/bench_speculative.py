@@ -47,6 +47,8 @@ import numpy as np  # noqa: E402
 from wmspec_jax import decoders, prf, results, speculative  # noqa: E402
 
 flags.DEFINE_enum("pair", "toy", ["toy", "builtin", "tiny_llama"], "model pair")
+flags.DEFINE_string("builtin_draft", "builtin", "--pair=builtin: the draft ('builtin' = the default, "
+                    "'builtin:v2', ...)")
 flags.DEFINE_enum("decoder", "gumbel", ["gumbel", "synthid"], "watermark decoder")
 flags.DEFINE_integer("num_layers", 30, "SynthID tournament layers m")
 flags.DEFINE_integer("lookahead", 3, "K of the speculative methods")
@@ -73,7 +75,7 @@ def load_pair():
     if FLAGS.pair == "builtin":
         from wmspec_jax import data, pairs
 
-        pair = pairs.load_pair("builtin", "builtin")
+        pair = pairs.load_pair("builtin", FLAGS.builtin_draft)
         questions = data.load_prompt_set("builtin-eli5").take(b, seed=0)
         prompts, lengths = pairs.encode_prompts(pair, questions.prompts, "question", max(p, 64), too_long="truncate")
         return pair.name, pair.target, pair.target_params, pair.draft, pair.draft_params, prompts, lengths

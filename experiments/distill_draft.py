@@ -15,7 +15,8 @@ Stages (``--mode``), each resumable and writing atomically under ``--workdir``:
   temperature and reports the mean per-position acceptance
   alpha = E[1 - TV(Q_T, P_T)], the target's mass on the draft's support (< 1
   for a reduced head), the implied AATPS (1 - alpha^(K+1)) / (1 - alpha) for
-  K = 1..4, and the draft/target per-token decode-time ratio measured in the
+  K = 1..4, alpha split by prompt kind (chat questions / plain-text
+  openings), and the draft/target per-token decode-time ratio measured in the
   same run (``--timing_batches``); ``--eval_head_sizes`` scores the same
   adapters with other heads in the same pass. Writes ``--eval_json``.
 
@@ -24,8 +25,39 @@ remainder, not of the full 49152-token distributions (which would mean storing
 or recomputing the target's logits at every training step: ~100x the data, or
 the target's forward pass in every step on a 2-core CPU).
 
-Draft v2 (``wmspec_jax/assets/smollm2_draft_v2.npz``, the default built-in
-draft): the v1 adapters below, fine-tuned with a reduced-vocabulary head
+Draft v3 (``wmspec_jax/assets/smollm2_draft_v3.npz``, the default built-in
+draft): the v2 adapters and reduced head below, distilled further on one full
+sampling pass over the 742 train prompts at T = 0.7 and at T = 1.0 (1484
+sequences, 48 chunks; ``docs/models.md`` has the held-out acceptance and the
+cost). Commands (2-core CPU, nothing else running but these two jobs; run from
+the repository root)::
+
+  W=/tmp/wmspec_draft_v3
+  python experiments/distill_draft.py --mode=sample --repeats=1 --workdir=$W \
+      --temperatures=0.7,1.0
+  python experiments/distill_draft.py --mode=train --workdir=$W --head_size=16384 \
+      --head_rank=count --keep_init_head --init=wmspec_jax/assets/smollm2_draft_v2.npz \
+      --steps=700 --lr=1e-3 --save_every=25 --out=$W/smollm2_draft_v3.npz
+  python experiments/distill_draft.py --mode=train --workdir=$W --head_size=16384 \
+      --head_rank=count --keep_init_head --init=wmspec_jax/assets/smollm2_draft_v2.npz \
+      --steps=1300 --lr=1e-3 --save_every=25 \
+      --out=wmspec_jax/assets/smollm2_draft_v3.npz  # resumes at step 700 (longer schedule)
+  python experiments/distill_draft.py --mode=eval --workdir=$W \
+      --adapters=wmspec_jax/assets/smollm2_draft_v3.npz --eval_head_sizes=0 \
+      --timing_batches=1,8 --eval_json=$W/eval_v3.json
+
+CPU time: sampling took 35 min wall (00:03-00:38); the first training command
+started at 00:08 on the chunks written so far (picking up new ones every 25
+steps: 256 sequences at the start, all 1484 from step 375 on) and took 42 min
+(700 steps of 8 sequences, 5-5.5 s a step while sharing the CPU with the
+sampler, 2.3-3.6 s alone); the second 22 min (600 steps, 2.2 s a step alone). (The run put v2's head ids into
+``$W/head_ids_count_16384.npy`` by hand before training, which is what
+``--keep_init_head`` does.) Re-running train after sampling has finished
+trains on all 48 chunks from the first step (a slightly different asset).
+
+Draft v2 (``wmspec_jax/assets/smollm2_draft_v2.npz``, loadable as
+``builtin.load_draft(name="v2")``, the default built-in draft before v3): the
+v1 adapters below, fine-tuned with a reduced-vocabulary head
 (``--head_size``: the draft proposes only the 16384 tokens most frequent among
 the target's sampled tokens in the first 9 T = 1.0 chunks, ties to lower ids,
 plus the special tokens; ``docs/models.md`` has the cost / acceptance
@@ -113,6 +145,8 @@ flags.DEFINE_string("head_from", "train_T*.npz", "train: sample files (glob unde
                     "whose token counts rank the reduced head's ids")
 flags.DEFINE_enum("head_rank", "mass", ["mass", "count"], "how --head_from ranks the tokens "
                   "(frequency_head_ids)")
+flags.DEFINE_bool("keep_init_head", False, "train: keep the reduced head of the --init adapters (their "
+                  "head_ids; --head_size must equal its size) instead of ranking new ids on --head_from")
 flags.DEFINE_string("init", "", "train: start from these adapters (same layers and rank) instead "
                     "of zero LoRA (e.g. the v1 asset)")
 flags.DEFINE_string("adapters", "", "eval: adapter file ('' = --out, 'none' = plain truncation)")
@@ -369,10 +403,18 @@ def head_ids_for_training(target):
         return None
     path = os.path.join(FLAGS.workdir, f"head_ids_{FLAGS.head_rank}_{FLAGS.head_size}.npy")
     if not os.path.exists(path):
-        paths = sorted(glob.glob(os.path.join(FLAGS.workdir, FLAGS.head_from)))
-        ids = frequency_head_ids(paths, FLAGS.head_size, target.config.vocab_size,
-                                 always=special_ids(target), rank=FLAGS.head_rank)
-        log(f"head ids ranked on {len(paths)} sample files")
+        if FLAGS.keep_init_head:
+            _, init, _ = draft.load_adapters(FLAGS.init)
+            if "head_ids" not in init or init["head_ids"].shape[0] != FLAGS.head_size:
+                raise SystemExit(f"--keep_init_head: --init={FLAGS.init} has no reduced head of "
+                                 f"--head_size={FLAGS.head_size} ids")
+            ids = np.asarray(init["head_ids"], np.int32)
+            log(f"head ids of {FLAGS.init}")
+        else:
+            paths = sorted(glob.glob(os.path.join(FLAGS.workdir, FLAGS.head_from)))
+            ids = frequency_head_ids(paths, FLAGS.head_size, target.config.vocab_size,
+                                     always=special_ids(target), rank=FLAGS.head_rank)
+            log(f"head ids ranked on {len(paths)} sample files")
         results.atomic_write(path, lambda f: np.save(f, ids))
     return np.load(path)
 
@@ -548,17 +590,26 @@ def mode_eval():
         t = float(t)
         paths = sample_chunks(lm, target.params, prompts, t, 12345, "eval",
                               os.path.join(FLAGS.workdir, "eval"))
-        scores = acceptance(target, list(drafts.values()), load_chunks(paths), t)
+        chunk = load_chunks(paths)
+        scores = acceptance(target, list(drafts.values()), chunk, t)
+        # chat questions (the template opens with <|im_start|> = BOS) vs plain-text openings
+        is_chat = np.broadcast_to((chunk["prompts"][:, 0] == target.config.bos_token_id)[:, None],
+                                  chunk["valid"].shape)[chunk["valid"]]
         for (k, report), (a, mass) in zip(reports.items(), scores.transpose(1, 2, 0)):
             alpha = float(a.mean())
             se = float(a.std() / np.sqrt(len(a)))
             implied = {f"K={k}": (1 - alpha ** (k + 1)) / (1 - alpha) for k in (1, 2, 3, 4)}
+            by_kind = {kind: {"alpha": float(a[m].mean()), "alpha_se": float(a[m].std() / np.sqrt(m.sum())),
+                              "positions": int(m.sum())}
+                       for kind, m in (("chat", is_chat), ("text", ~is_chat)) if m.any()}
             report["temperatures"][str(t)] = {
                 "alpha": alpha, "alpha_se": se, "positions": int(a.size), "implied_aatps": implied,
-                "target_mass_on_draft_support": float(mass.mean())}
+                "target_mass_on_draft_support": float(mass.mean()), "by_prompt_kind": by_kind}
             log(f"{k} T={t}: alpha={alpha:.4f} ± {se:.4f} over {a.size} positions "
                 f"(target mass on the draft's support {mass.mean():.4f}); implied AATPS "
-                + ", ".join(f"{k}: {v:.3f}" for k, v in implied.items()))
+                + ", ".join(f"{k}: {v:.3f}" for k, v in implied.items()) + "; by prompt kind "
+                + ", ".join(f"{kind} {v['alpha']:.4f} ± {v['alpha_se']:.4f} ({v['positions']})"
+                            for kind, v in by_kind.items()))
     for b in map(int, FLAGS.timing_batches):
         tt = decode_time(lm, target.params, b)
         for k, d in drafts.items():

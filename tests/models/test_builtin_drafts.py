@@ -1,4 +1,4 @@
-"""The shipped built-in drafts by name: v1 (full head) stays loadable, v2 (the default)
+"""The shipped built-in drafts by name: v1 (full head) and v2 stay loadable, v3 (the default)
 has a reduced-vocabulary head that the loop sees as ordinary −inf logits."""
 
 import importlib.util
@@ -46,7 +46,7 @@ def test_every_named_draft_loads_and_the_assets_stay_small(target):
 
 def test_default_draft_head_is_reduced_and_keeps_the_special_tokens(target):
     d = builtin.load_draft(target)
-    assert builtin.DEFAULT_DRAFT == "v2" and "head_ids" in d.params
+    assert builtin.DEFAULT_DRAFT == "v3" and "head_ids" in d.params
     kept = np.asarray(d.params["head_ids"])
     assert kept.size < target.config.vocab_size
     special = {target.config.eos_token_id, *target.tokenizer.all_special_ids}
@@ -72,7 +72,7 @@ def test_draft_flag_names_a_builtin_draft_and_results_store_the_name():
     with pytest.raises(ValueError, match="must both be"):
         pairs.check_pair_spec("toy", "builtin:v1")
     # Settings store the draft by name: a directory made with "builtin" (v1, before names) is not resumed
-    # with v2 (GENERATION_FIELDS compares the stored strings).
+    # with v3 (GENERATION_FIELDS compares the stored strings).
     assert experiment.Settings().draft == f"builtin:{builtin.DEFAULT_DRAFT}"
     assert experiment.Settings(draft="builtin:v1").draft == "builtin:v1"
     assert "draft" in experiment.GENERATION_FIELDS

