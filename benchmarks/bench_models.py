@@ -91,18 +91,16 @@ def main(argv):
     else:
         drafted = builtin.load_draft(target, adapters_path=FLAGS.draft)
     drafts = {"draft": drafted}
+    adapter_file = (builtin.draft_asset_path(FLAGS.draft or builtin.DEFAULT_DRAFT)
+                    if FLAGS.draft in builtin.DRAFTS or not FLAGS.draft else FLAGS.draft)
     for size in map(int, FLAGS.head_sizes):
-        layers, adapters, _ = draft.load_adapters(
-            builtin.draft_asset_path(FLAGS.draft or builtin.DEFAULT_DRAFT)
-            if FLAGS.draft in builtin.DRAFTS or not FLAGS.draft else FLAGS.draft)
+        layers, adapters, _ = draft.load_adapters(adapter_file)
         adapters.pop("head_ids", None)
         if size:
             adapters["head_ids"] = jnp.arange(size, dtype=jnp.int32)
         drafts[f"head{size or 'full'}"] = draft.make_draft(target, layers, adapters)
     for count in map(int, FLAGS.layer_counts):
-        layers, adapters, _ = draft.load_adapters(
-            builtin.draft_asset_path(FLAGS.draft or builtin.DEFAULT_DRAFT)
-            if FLAGS.draft in builtin.DRAFTS or not FLAGS.draft else FLAGS.draft)
+        layers, adapters, _ = draft.load_adapters(adapter_file)
         if not 1 <= count <= len(layers):
             raise app.UsageError(f"--layer_counts: {count} is not in 1..{len(layers)}")
         cut = {k: (v if k in ("final_norm", "head_ids") else
