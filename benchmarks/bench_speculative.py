@@ -54,7 +54,8 @@ flags.DEFINE_integer("num_layers", 30, "SynthID tournament layers m")
 flags.DEFINE_integer("lookahead", 3, "K of the speculative methods")
 flags.DEFINE_integer("batch_size", 8, "rows per call")
 flags.DEFINE_integer("num_calls", 1, "calls per method and round, each on the next batch_size prompts "
-                     "(times and tokens summed): at batch 1 one prompt's acceptance is far from the mean")
+                     "(times and tokens summed): at batch 1 one prompt's acceptance is far from the mean",
+                     lower_bound=1)
 flags.DEFINE_integer("max_new_tokens", 64, "generated tokens per row")
 flags.DEFINE_integer("prompt_length", 32, "prompt tokens (toy / tiny_llama: random ids; builtin: questions, padded)")
 flags.DEFINE_float("temperature", 0.7, "temperature")

@@ -50,9 +50,10 @@ CPU time: sampling took 35 min wall (00:03-00:38); the first training command
 started at 00:08 on the chunks written so far (picking up new ones every 25
 steps: 256 sequences at the start, all 1484 from step 375 on) and took 42 min
 (700 steps of 8 sequences, 5-5.5 s a step while sharing the CPU with the
-sampler, 2.3-3.6 s alone); the second 22 min (600 steps, 2.2 s a step alone). (The run put v2's head ids into
-``$W/head_ids_count_16384.npy`` by hand before training, which is what
-``--keep_init_head`` does.) Re-running train after sampling has finished
+sampler, 2.3-3.6 s alone); the second 22 min (600 steps, 2.2 s a step alone). (The run, made before the flag
+existed, put v2's head ids into ``$W/head_ids_count_16384.npy`` by hand
+before training without it; ``--keep_init_head`` writes the same ids to
+``$W/head_ids_init_16384.npy`` and trains on them.) Re-running train after sampling has finished
 trains on all 48 chunks from the first step (a slightly different asset).
 
 Draft v2 (``wmspec_jax/assets/smollm2_draft_v2.npz``, loadable as
@@ -401,9 +402,13 @@ def head_ids_for_training(target):
     (saved in the workdir, so a resumed run keeps them whatever was sampled since)."""
     if not FLAGS.head_size:
         return None
-    path = os.path.join(FLAGS.workdir, f"head_ids_{FLAGS.head_rank}_{FLAGS.head_size}.npy")
+    # the file name says where the ids came from, so a run with other head flags never reuses them
+    source = "init" if FLAGS.keep_init_head else FLAGS.head_rank
+    path = os.path.join(FLAGS.workdir, f"head_ids_{source}_{FLAGS.head_size}.npy")
     if not os.path.exists(path):
         if FLAGS.keep_init_head:
+            if not FLAGS.init:
+                raise SystemExit("--keep_init_head needs --init (the adapters whose head to keep)")
             _, init, _ = draft.load_adapters(FLAGS.init)
             if "head_ids" not in init or init["head_ids"].shape[0] != FLAGS.head_size:
                 raise SystemExit(f"--keep_init_head: --init={FLAGS.init} has no reduced head of "
