@@ -12,7 +12,8 @@ Prefill runs ``step`` over a ``--prompt_len`` prompt with the logits dropped
   python benchmarks/bench_models.py --draft=v1 --head_sizes=4096,8192,16384   # cost only
   python benchmarks/bench_models.py --batch_sizes=1 --layer_counts=2,3,4      # fewer layers, cost only
 
-``--draft`` is a built-in draft name (``builtin.DRAFTS``) or an adapter file.
+``--draft`` is a built-in draft name (``builtin.DRAFTS``) or a draft file (LoRA adapters or a
+feature draft).
 ``--head_sizes`` times that draft with a reduced-vocabulary head of each size
 (kept ids 0..N-1: the cost does not depend on which ids are kept; 0 = the
 full head, i.e. what the draft costs without its reduced head), to choose a
@@ -35,7 +36,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from wmspec_jax.models import builtin, draft  # noqa: E402
+from wmspec_jax.lm import FeatureDraftModel  # noqa: E402
+from wmspec_jax.models import builtin, draft, feature_draft  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch_sizes", ["1", "32"], "batch sizes to time")
@@ -72,14 +74,17 @@ def calls_for(ckpt, batch: int):
     """(prefill, decode) jitted calls with their arguments."""
     lm = ckpt.language_model()
     capacity = max(FLAGS.prompt_len, FLAGS.context) + 8
-    prefill = jax.jit(lambda p, c, t, n: lm.step(p, c, t, n)[1])
+    # a feature draft also reads one feature vector per input token (values do not change the cost)
+    features = ((lambda t: (jnp.zeros((batch, t, lm.feature_size), ckpt.dtype),))
+                if isinstance(lm, FeatureDraftModel) else (lambda t: ()))
+    prefill = jax.jit(lambda p, c, t, n, *f: lm.step(p, c, t, n, *f)[-1])
     decode = jax.jit(lm.step)
     cache = lm.init_cache(batch, capacity)
     prefill_args = (ckpt.params, cache, jnp.ones((batch, FLAGS.prompt_len), jnp.int32),
-                    jnp.full((batch,), FLAGS.prompt_len, jnp.int32))
+                    jnp.full((batch,), FLAGS.prompt_len, jnp.int32), *features(FLAGS.prompt_len))
     cache = lm.rewind(cache, jnp.full((batch,), FLAGS.context, jnp.int32))
     decode_args = (ckpt.params, cache, jnp.ones((batch, 1), jnp.int32),
-                   jnp.ones((batch,), jnp.int32))
+                   jnp.ones((batch,), jnp.int32), *features(1))
     return (prefill, prefill_args), (decode, decode_args)
 
 
@@ -93,6 +98,8 @@ def main(argv):
     drafts = {"draft": drafted}
     adapter_file = (builtin.draft_asset_path(FLAGS.draft or builtin.DEFAULT_DRAFT)
                     if FLAGS.draft in builtin.DRAFTS or not FLAGS.draft else FLAGS.draft)
+    if (FLAGS.head_sizes or FLAGS.layer_counts) and feature_draft.is_feature_draft_file(adapter_file):
+        raise app.UsageError("--head_sizes / --layer_counts take a LoRA draft (v1-v3 or its adapter file)")
     for size in map(int, FLAGS.head_sizes):
         layers, adapters, _ = draft.load_adapters(adapter_file)
         adapters.pop("head_ids", None)

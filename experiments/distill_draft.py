@@ -135,10 +135,11 @@ from wmspec_jax.models import builtin, draft, transformer  # noqa: E402
 from wmspec_jax.models.cache import init_cache  # noqa: E402
 
 FLAGS = flags.FLAGS
+TRAIN_GLOB = "train*_T*.npz"  # train-prompt and self-chat sample chunks
 flags.DEFINE_enum("mode", "eval", ["sample", "train", "export", "eval"], "stage to run")
 flags.DEFINE_string("workdir", "/tmp/wmspec_draft", "samples, checkpoints and logs")
 flags.DEFINE_string("out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                        "wmspec_jax", "assets", builtin.DRAFTS[builtin.DEFAULT_DRAFT]),
+                                        "wmspec_jax", "assets", builtin.DRAFTS["v3"]),
                     "where train writes the final adapters")
 flags.DEFINE_integer("head_size", 0, "train: keep this many output tokens in the draft's head, "
                      "the most frequent in the target's train samples (0: the full vocabulary)")
@@ -159,6 +160,13 @@ flags.DEFINE_integer("sample_batch", 32, "rows per sampling chunk")
 flags.DEFINE_integer("top_k", 64, "teacher log-probs kept per position")
 flags.DEFINE_list("temperatures", ["0.7", "1.0"], "sampling / evaluation temperatures")
 flags.DEFINE_integer("repeats", 2, "sample: passes over the train prompts (new seeds)")
+flags.DEFINE_enum("prompt_source", "train", ["train", "self_chat"], "sample: continue the built-in "
+                  "train prompts, or chat questions the target writes itself (more chat data than "
+                  "the train split holds; chunks named train-selfchat_*)")
+flags.DEFINE_integer("self_chat_tries", 1024, "sample --prompt_source=self_chat: user turns the target "
+                     "writes (rounded up to --sample_batch); those ending within --question_tokens with "
+                     ">= 3 words are kept")
+flags.DEFINE_integer("question_tokens", 48, "sample --prompt_source=self_chat: longest question")
 flags.DEFINE_integer("steps", 300, "train: optimiser steps")
 flags.DEFINE_integer("batch", 8, "train: sequences per step")
 flags.DEFINE_float("lr", 2e-3, "train: peak learning rate")
@@ -254,13 +262,48 @@ def load_chunks(paths):
 def mode_sample():
     target = builtin.load_target()
     lm = target.language_model()
-    prompts = prompt_ids("train", FLAGS.prompt_len)
-    log(f"{len(prompts)} train prompts")
+    if FLAGS.prompt_source == "self_chat":
+        prompts, tag = self_chat_prompts(target, lm), "train-selfchat"
+    else:
+        prompts, tag = prompt_ids("train", FLAGS.prompt_len), "train"
+    log(f"{len(prompts)} {FLAGS.prompt_source} prompts")
     for rep in range(FLAGS.repeats):
         for t in FLAGS.temperatures:
-            sample_chunks(lm, target.params, prompts, float(t), FLAGS.seed + rep, "train",
-                          FLAGS.workdir)
+            sample_chunks(lm, target.params, prompts, float(t), FLAGS.seed + rep, tag, FLAGS.workdir)
     log("sampling done")
+
+
+def self_chat_prompts(target, lm) -> list[np.ndarray]:
+    """Chat prompts whose user turn the target wrote itself (T = 1 after the template's
+    "user" header; --self_chat_tries turns, kept when one ends within --question_tokens and
+    has at least 3 words); the questions are saved
+    to (and, on a re-run, read back from) ``<workdir>/self_chat_questions_s<seed>.json``."""
+    path = os.path.join(FLAGS.workdir, f"self_chat_questions_s{FLAGS.seed}.json")
+    if not os.path.exists(path):
+        marker = "@@QUESTION@@"
+        text = builtin.chat_prompt(marker)
+        prefix = np.asarray(target.tokenizer.encode(text[:text.index(marker)], add_special_tokens=False))
+        eos = target.config.eos_token_id
+        sampler = make_sampler(lm, FLAGS.question_tokens, 1, eos)
+        b = FLAGS.sample_batch
+        toks, lens = pad_prompts([prefix] * b, len(prefix))
+        questions = []
+        for c in range((FLAGS.self_chat_tries + b - 1) // b):
+            cont, _, _, valid = map(np.asarray, sampler(
+                target.params, jnp.asarray(toks), jnp.asarray(lens),
+                jax.random.PRNGKey(FLAGS.seed * 7919 + c), jnp.float32(1.0)))
+            for row, ok in zip(cont, valid):
+                ends = np.flatnonzero((row == eos) & ok)
+                if ends.size:
+                    q = target.tokenizer.decode(row[:ends[0]], skip_special_tokens=True).strip()
+                    if len(q.split()) >= 3:
+                        questions.append(q)
+            log(f"self-chat questions: {len(questions)} after {(c + 1) * b} tries")
+        results.atomic_write_json(path, questions)
+    with open(path) as f:
+        questions = json.load(f)
+    out = [np.asarray(builtin.encode_chat(q)) for q in questions]
+    return [p for p in out if len(p) <= FLAGS.prompt_len]
 
 
 # ----------------------------------------------------------------------------- training
@@ -328,19 +371,28 @@ def frequency_head_ids(paths, size: int, vocab_size: int, always=(), rank: str =
 
 
 def distill_loss(adapters, target_params, layers, cfg, batch, head_ids=None):
-    """Forward KL + TV(T=1) + TV(T=0.7) of the draft against the teacher's top-k.
-
-    With a reduced head (``head_ids`` int32[K]) the draft's distribution lives
-    on the kept ids: teacher entries outside them join the lumped remainder
-    (so the losses stay finite and measure what the draft can match).
-    """
+    """Forward KL + TV(T=1) + TV(T=0.7) of the LoRA draft against the teacher's top-k
+    (:func:`teacher_loss`)."""
     seq, pred_pos, vals, idx, valid = batch
     if head_ids is not None:
         adapters = {**adapters, "head_ids": head_ids}
     params = draft.draft_params(target_params, layers, adapters)
     z = draft_logits(cfg, params, seq, pred_pos, reduced=True)
+    return teacher_loss(z, vals, idx, valid, cfg.vocab_size, head_ids)
+
+
+def teacher_loss(z, vals, idx, valid, vocab_size: int, head_ids=None):
+    """Forward KL + TV(T=1) + TV(T=0.7) of draft logits against the teacher's top-k.
+
+    ``z`` float32[N, T, K]: the draft's logits over its head (``head_ids``
+    int32[K], or the full vocabulary when None); ``vals`` / ``idx`` [N, T, k]:
+    the teacher's top-k log-probabilities and ids; ``valid`` bool[N, T].
+    With a reduced head the draft's distribution lives on the kept ids: teacher
+    entries outside them join the lumped remainder (so the losses stay finite
+    and measure what the draft can match).
+    """
     if head_ids is not None:
-        slot = jnp.full((cfg.vocab_size,), -1, jnp.int32).at[head_ids].set(
+        slot = jnp.full((vocab_size,), -1, jnp.int32).at[head_ids].set(
             jnp.arange(head_ids.shape[0], dtype=jnp.int32))[idx]
         kept = slot >= 0
         slot = jnp.maximum(slot, 0)
@@ -458,7 +510,7 @@ def mode_train():
     target = builtin.load_target()
     layers = [int(i) for i in FLAGS.layers]
     cfg = draft.draft_config(target.config, layers)
-    paths = sorted(glob.glob(os.path.join(FLAGS.workdir, "train_T*.npz")))
+    paths = sorted(glob.glob(os.path.join(FLAGS.workdir, TRAIN_GLOB)))
     if not paths:
         raise SystemExit(f"no samples in {FLAGS.workdir}: run --mode=sample first")
     data = load_chunks(paths)
@@ -494,7 +546,7 @@ def mode_train():
     for step in range(start, FLAGS.steps):
         if step % FLAGS.save_every == 0 and step > start:
             # Pick up chunks that a concurrent --mode=sample has written since.
-            new_paths = sorted(glob.glob(os.path.join(FLAGS.workdir, "train_T*.npz")))
+            new_paths = sorted(glob.glob(os.path.join(FLAGS.workdir, TRAIN_GLOB)))
             if len(new_paths) > len(paths):
                 paths = new_paths
                 data = load_chunks(paths)
@@ -518,18 +570,18 @@ def mode_train():
 
 # ----------------------------------------------------------------------------- evaluation
 
-def decode_time(lm, params, batch: int, context: int = 128, repeats: int = 30) -> float:
-    """Median seconds of one jitted T=1 decode step at the given context length."""
+def decode_time(lm, params, batch: int, context: int = 128, repeats: int = 30, extra=()) -> float:
+    """Median seconds of one jitted T=1 decode step at the given context length
+    (``extra``: more arguments of ``lm.step``, e.g. a feature draft's features)."""
     step = jax.jit(lm.step)
     cache = lm.init_cache(batch, context + 8)
     cache = lm.rewind(cache, jnp.full((batch,), context, jnp.int32))
-    tok = jnp.ones((batch, 1), jnp.int32)
-    one = jnp.ones((batch,), jnp.int32)
-    jax.block_until_ready(step(params, cache, tok, one))
+    args = (params, cache, jnp.ones((batch, 1), jnp.int32), jnp.ones((batch,), jnp.int32), *extra)
+    jax.block_until_ready(step(*args))
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax.block_until_ready(step(params, cache, tok, one))
+        jax.block_until_ready(step(*args))
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
@@ -623,7 +675,11 @@ def mode_eval():
                 "target_ms": tt * 1e3, "draft_ms": td * 1e3, "ratio": td / tt}
             log(f"{k} decode batch {b}: target {tt * 1e3:.2f} ms, draft {td * 1e3:.2f} ms, "
                 f"ratio {td / tt:.3f}")
-    report = reports[name] if len(reports) == 1 else {"drafts": list(reports.values())}
+    write_report(reports[name] if len(reports) == 1 else {"drafts": list(reports.values())})
+
+
+def write_report(report: dict) -> None:
+    """Writes an eval report to --eval_json (when given) and prints it."""
     if FLAGS.eval_json:
         results.atomic_write_json(FLAGS.eval_json, report)
     print(json.dumps(report, indent=2))

@@ -62,7 +62,7 @@ def test_draft_writes_k_tokens_from_q(method):
 def test_verify_scores_the_k_plus_one_prefixes():
     st, inputs, state = setup("standard")
     d = stages.draft(st, MODEL, inputs, state.draft_cache, state.tokens, state.n)
-    p, cache, nonfinite, _ = stages.verify(st, MODEL, inputs, state.target_cache, d.tokens, state.n)
+    p, cache, nonfinite, _, _ = stages.verify(st, MODEL, inputs, state.target_cache, d.tokens, state.n)
     prev = np.asarray(d.tokens)[:, PROMPT_LEN - 1:PROMPT_LEN + K]
     np.testing.assert_allclose(np.exp(np.asarray(p.logp)), P_TAB[prev], atol=1e-6)
     assert (np.asarray(cache["lengths"]) == PROMPT_LEN - 1 + K + 1).all()

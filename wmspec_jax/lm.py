@@ -18,6 +18,17 @@ arguments instead of baking them in as constants):
 * ``rewind(cache, lengths[B]) -> cache`` moves the per-row length pointers
   back (rollback after a rejected draft); it never copies the cache.
 * ``cache_lengths(cache) -> int32[B]``.
+* optional ``step_hidden(params, cache, tokens, num_new) -> (logits, hidden
+  [B, T, D], cache)``: ``step`` that also returns the final hidden states
+  (``hidden_size`` D), which a target paired with a
+  :class:`FeatureDraftModel` must provide.
+
+A :class:`FeatureDraftModel` (a draft conditioned on the target's hidden
+states, :mod:`wmspec_jax.models.feature_draft`) has ``step(params, cache,
+tokens, num_new, features[B, T, D]) -> (logits, hidden[B, T, D], cache)``
+where ``features[b, i]`` is the target's hidden state at the position before
+token ``i`` (or the draft's own ``hidden`` there while the target has not
+seen it).
 
 The toy Markov pair in :mod:`wmspec_jax.toy` and the transformers in
 :mod:`wmspec_jax.models` both implement this protocol.
@@ -48,6 +59,21 @@ class LanguageModel:
     step: Callable[[Params, Cache, jax.Array, jax.Array], tuple[jax.Array, Cache]]
     rewind: Callable[[Cache, jax.Array], Cache]
     cache_lengths: Callable[[Cache], jax.Array]
+    step_hidden: Callable | None = None
+    hidden_size: int = 0
 
     def __repr__(self) -> str:  # functions in the default repr are noise
         return f"LanguageModel({self.name!r}, vocab_size={self.vocab_size})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FeatureDraftModel(LanguageModel):
+    """A draft that reads the target's hidden states (see the module doc for ``step``).
+
+    ``feature_size``: D of the features it reads (the target's ``hidden_size``).
+    """
+
+    feature_size: int = 0
+
+    def __repr__(self) -> str:
+        return f"FeatureDraftModel({self.name!r}, vocab_size={self.vocab_size})"

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import decoders, methods, prf, sampling, stages, validation
-from wmspec_jax.lm import LanguageModel
+from wmspec_jax.lm import FeatureDraftModel, LanguageModel
 from wmspec_jax.methods import METHODS, Method
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET  # noqa: F401
 
@@ -328,6 +328,13 @@ def _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_ke
         if draft is None or draft_params is None:
             raise ValueError(f"method {config.method!r} needs a draft model and its params")
         validation.check_same_vocab(draft.vocab_size, vocab, "draft", "target")
+        if isinstance(draft, FeatureDraftModel):
+            if target.step_hidden is None:
+                raise ValueError(f"draft {draft.name!r} reads the target's hidden states, which target "
+                                 f"{target.name!r} does not provide (no step_hidden)")
+            if draft.feature_size != target.hidden_size:
+                raise ValueError(f"draft {draft.name!r} reads features of size {draft.feature_size}, "
+                                 f"the target's hidden size is {target.hidden_size}")
     else:
         draft, draft_params = None, None
     if isinstance(watermark_key, (list, tuple)):

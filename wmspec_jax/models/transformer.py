@@ -69,6 +69,12 @@ def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
     Returns:
       (hidden dtype[B, T, D] after the final norm, updated cache).
     """
+    return decoder_stack(config, params, embed_tokens(config, params, tokens), positions, cache,
+                         lengths, write_mask)
+
+
+def embed_tokens(config: TransformerConfig, params: Params, tokens: jax.Array) -> jax.Array:
+    """dtype[B, T, D] input embeddings of int32[B, T] ids (NaN for an id outside [0, V))."""
     dtype = params["embed"].dtype
     # Out-of-range ids (negative ones included, which jnp.take would wrap)
     # give NaN rather than a wrapped or clamped embedding.
@@ -77,6 +83,15 @@ def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
     if config.gemma_style:
         # HF rounds sqrt(D) to the params dtype before multiplying.
         x = x * jnp.asarray(config.hidden_size ** 0.5, dtype)
+    return x
+
+
+def decoder_stack(config: TransformerConfig, params: Params, x: jax.Array, positions: jax.Array,
+                  cache: KVCache, lengths: jax.Array, write_mask: jax.Array | None = None
+                  ) -> tuple[jax.Array, KVCache]:
+    """The layers and the final norm over input vectors dtype[B, T, D] (:func:`hidden_states`'
+    arguments otherwise); lets a draft feed something other than token embeddings."""
+    dtype = x.dtype
     inv_freq = jnp.asarray(config.rope_inv_freq())
     slots_out = positions
     if write_mask is not None:

@@ -1,0 +1,305 @@
+r"""Distils a feature-conditioned draft (:mod:`wmspec_jax.models.feature_draft`) for SmolLM2.
+
+Uses the sample chunks of ``experiments/distill_draft.py --mode=sample`` (the
+target's continuations of the train prompts with its top-64 next-token
+log-probabilities) in the same ``--workdir``, and shares that script's flags
+(``--workdir --steps --batch --lr --save_every --seed --temperatures
+--eval_prompts --timing_batches --eval_json``). Stages (``--stage``), each
+resumable and writing atomically:
+
+* ``features``: the target's final hidden states at every position of every
+  train chunk (``<workdir>/feat/*.npy``, float16; the draft's inputs).
+* ``train``: fits the draft's ``fc``, layer and final norm so that its
+  next-token distribution matches the teacher's top-k (forward KL + TV at
+  T = 1 and 0.7, :func:`distill_draft.teacher_loss`), in two passes per
+  batch: with the target's features (the first draft of a step) and with the
+  draft's own features of the previous position from the first pass (later
+  drafts, which run before the target has seen the drafted tokens), plus a
+  small regression of the draft's hidden state onto the target's
+  (``--feature_loss``). Checkpoints every ``--save_every`` steps; writes
+  ``--feature_out``.
+* ``eval``: held-out acceptance alpha = E[1 − TV(Q_T, P_T)] on the eval
+  prompts (the same target samples as ``distill_draft --mode=eval``), for the
+  first draft (target features) and a later one (own features), split by
+  prompt kind, and the draft/target decode-time ratio.
+
+Feature draft f1 (``wmspec_jax/assets/smollm2_feature_draft_f1.npz``, the default
+built-in draft; ``docs/models.md`` has its held-out acceptance and speed). It
+starts from the target's last layer and v3's 16384-token head, and was trained
+on draft v3's sample chunks (1484 sequences, ``distill_draft.py`` docstring)
+plus 649 chat questions the target wrote itself, answered at T = 0.7.
+Commands (2-core CPU, from the repository root; ``$W`` holds v3's chunks)::
+
+  W=/tmp/wmspec_draft_v3
+  python experiments/distill_feature_draft.py --stage=features --workdir=$W
+  python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=700 \
+      --lr=1.5e-3 --save_every=25
+  python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=2000 \
+      --lr=1.5e-3 --save_every=25        # resumes at 700; stopped by hand after step 1550
+  python experiments/distill_draft.py --mode=sample --prompt_source=self_chat \
+      --self_chat_tries=1024 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
+  python experiments/distill_feature_draft.py --stage=features --workdir=$W   # the new chunks
+  python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=2300 \
+      --lr=1.5e-3 --save_every=25        # resumes at 1550 on all 2133 sequences
+  python experiments/distill_feature_draft.py --stage=eval --workdir=$W --timing_batches=1 \
+      --eval_json=$W/eval_f1.json
+
+Each resumed run rebuilds the cosine schedule for its own ``--steps`` (a warm
+restart at a lower rate). CPU time: features 7 s per 32-row chunk (the first
+48 chunks were written by a prototype of ``--stage=features``, the same
+computation); training ~1 s a step alone (700 steps in 13 min), ~2 s while
+sharing the CPU with the self-chat sampler (steps 700-1550, 34 min); the
+self-chat sampling 21 min (questions 8 min, 11 answer chunks 13 min); the last
+750 steps 13 min.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import time
+
+from absl import app, flags
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import distill_draft as dd  # noqa: E402  (its flags are shared)
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from wmspec_jax import results  # noqa: E402
+from wmspec_jax.models import builtin, feature_draft, transformer  # noqa: E402
+from wmspec_jax.models.cache import init_cache  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("stage", "eval", ["features", "train", "eval"], "stage to run")
+flags.DEFINE_string("feature_out", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "wmspec_jax", "assets",
+    "smollm2_feature_draft_f1.npz"), "train: the feature draft file written at the end")
+flags.DEFINE_string("feature_draft", "", "eval: feature draft file ('' = --feature_out)")
+flags.DEFINE_string("head_ids_from", "v3", "train: reduced head = the head ids of this built-in "
+                    "LoRA draft ('' = full head)")
+flags.DEFINE_float("feature_loss", 0.1, "train: weight of the hidden-state regression")
+flags.DEFINE_float("second_pass", 0.5, "train: weight of the own-feature pass")
+
+log = dd.log
+
+
+def target_hidden(cfg, params, seq):
+    """dtype[N, S, D] target final hidden states of full sequences int32[N, S]."""
+    n, s = seq.shape
+    cache = init_cache(cfg, n, s, dtype=params["embed"].dtype)
+    positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (n, s))
+    h, _ = transformer.hidden_states(cfg, params, seq, positions, cache, jnp.full((n,), s, jnp.int32))
+    return h
+
+
+def previous(features):
+    """features shifted one position right (position 0 reads zeros): the draft's input."""
+    return jnp.pad(features[:, :-1], ((0, 0), (1, 0), (0, 0)))
+
+
+def draft_hidden(cfg, params, seq, prev_features):
+    n, s = seq.shape
+    cache = init_cache(cfg, n, s, dtype=params["embed"].dtype)
+    positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (n, s))
+    h, _ = feature_draft.hidden_states(cfg, params, seq, prev_features, positions, cache,
+                                       jnp.full((n,), s, jnp.int32))
+    return h
+
+
+def reduced_logits(params, h):
+    if "head_rows" in params:
+        return jnp.einsum("btd,kd->btk", h, params["head_rows"], preferred_element_type=jnp.float32)
+    return jnp.einsum("btd,vd->btv", h, params["embed"], preferred_element_type=jnp.float32)
+
+
+def two_passes(cfg, params, seq, features, in_continuation):
+    """Draft hidden states with the target's features (h1) and with its own features
+    of the previous position inside the continuation (h2)."""
+    h1 = draft_hidden(cfg, params, seq, previous(features))
+    own = jnp.where(in_continuation[..., None], previous(jax.lax.stop_gradient(h1)), previous(features))
+    return h1, draft_hidden(cfg, params, seq, own)
+
+
+def feature_loss(trainable, target_params, cfg, head_ids, batch):
+    seq, feats, pred_pos, vals, idx, valid, lens = batch
+    params = feature_draft.runtime_params(target_params, trainable, head_ids)
+    feats = feats.astype(jnp.float32)
+    pos = jnp.arange(seq.shape[1])[None]
+    in_cont = pos >= lens[:, None]
+    h1, h2 = two_passes(cfg, params, seq, feats, in_cont)
+    take = lambda h: jnp.take_along_axis(h, pred_pos[..., None], axis=1)  # noqa: E731
+    loss1, aux1 = dd.teacher_loss(reduced_logits(params, take(h1)), vals, idx, valid, cfg.vocab_size, head_ids)
+    loss2, aux2 = dd.teacher_loss(reduced_logits(params, take(h2)), vals, idx, valid, cfg.vocab_size, head_ids)
+    mask = (pos < (lens[:, None] + pred_pos.shape[1])).astype(jnp.float32)
+    reg = (optax.huber_loss(h1, feats).mean(-1) * mask).sum() / mask.sum()
+    loss = loss1 + FLAGS.second_pass * loss2 + FLAGS.feature_loss * reg
+    return loss, {"alpha07": aux1["alpha07"], "alpha07_own": aux2["alpha07"], "reg": reg}
+
+
+def feature_path(chunk_path):
+    return os.path.join(FLAGS.workdir, "feat", os.path.basename(chunk_path).replace(".npz", ".npy"))
+
+
+def stage_features():
+    target = builtin.load_target()
+    fn = jax.jit(lambda p, s: target_hidden(target.config, p, s).astype(jnp.float16))
+    paths = sorted(glob.glob(os.path.join(FLAGS.workdir, dd.TRAIN_GLOB)))
+    if not paths:
+        raise SystemExit(f"no samples in {FLAGS.workdir}: run distill_draft.py --mode=sample first")
+    os.makedirs(os.path.join(FLAGS.workdir, "feat"), exist_ok=True)
+    for i, path in enumerate(paths):
+        out = feature_path(path)
+        if os.path.exists(out):
+            continue
+        t0 = time.time()
+        seq, _ = dd.full_sequences(dd.load_chunks([path]))
+        f = np.concatenate([np.asarray(fn(target.params, jnp.asarray(seq[r:r + 16])))
+                            for r in range(0, len(seq), 16)])
+        results.atomic_write(out, lambda fh: np.save(fh, f))
+        log(f"features {i + 1}/{len(paths)}: {os.path.basename(out)} ({time.time() - t0:.1f}s)")
+
+
+def head_ids(target):
+    if not FLAGS.head_ids_from:
+        return None
+    _, adapters, _ = dd.draft.load_adapters(builtin.draft_asset_path(FLAGS.head_ids_from))
+    return np.asarray(adapters["head_ids"], np.int32)
+
+
+def stage_train():
+    target = builtin.load_target()
+    cfg = feature_draft.feature_config(target.config)
+    paths = [p for p in sorted(glob.glob(os.path.join(FLAGS.workdir, dd.TRAIN_GLOB)))
+             if os.path.exists(feature_path(p))]
+    if not paths:
+        raise SystemExit("no chunk has features yet: run --stage=features first")
+    data = dd.load_chunks(paths)
+    feats = np.concatenate([np.load(feature_path(p)) for p in paths])
+    seq, pred_pos = dd.full_sequences(data)
+    n = len(seq)
+    log(f"{n} sequences with features from {len(paths)} chunks")
+    ids = head_ids(target)
+    ids_j = None if ids is None else jnp.asarray(ids)
+
+    warmup = min(30, FLAGS.steps // 10)
+    sched = optax.warmup_cosine_decay_schedule(0.0, FLAGS.lr, warmup, FLAGS.steps, FLAGS.lr * 0.05)
+    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
+    trainable = feature_draft.init_trainable(target.params, target.config, jax.random.PRNGKey(FLAGS.seed))
+    opt_state = opt.init(trainable)
+    ckpt_path = os.path.join(FLAGS.workdir, "feature_train_state.npz")
+    start = 0
+    if os.path.exists(ckpt_path):
+        with np.load(ckpt_path) as z:
+            leaves, treedef = jax.tree_util.tree_flatten((trainable, opt_state))
+            trainable, opt_state = jax.tree_util.tree_unflatten(
+                treedef, [jnp.asarray(z[f"l{i}"], l.dtype) for i, l in enumerate(leaves)])
+            start = int(z["step"])
+        log(f"resumed from step {start}")
+
+    @jax.jit
+    def train_step(trainable, opt_state, batch):
+        (loss, aux), grads = jax.value_and_grad(feature_loss, has_aux=True)(
+            trainable, target.params, cfg, ids_j, batch)
+        updates, opt_state = opt.update(grads, opt_state, trainable)
+        return optax.apply_updates(trainable, updates), opt_state, loss, aux
+
+    rng = np.random.default_rng(FLAGS.seed + start)
+    t0, hist = time.time(), []
+    for step in range(start, FLAGS.steps):
+        rows = np.sort(rng.choice(n, FLAGS.batch, replace=False))
+        batch = tuple(map(jnp.asarray, (seq[rows], feats[rows], pred_pos[rows], data["vals"][rows],
+                                        data["idx"][rows], data["valid"][rows], data["lens"][rows])))
+        trainable, opt_state, loss, aux = train_step(trainable, opt_state, batch)
+        hist.append([float(loss), float(aux["alpha07"]), float(aux["alpha07_own"]), float(aux["reg"])])
+        if (step + 1) % 10 == 0:
+            h = np.mean(hist[-10:], axis=0)
+            log(f"step {step + 1}/{FLAGS.steps} loss {h[0]:.4f} train-alpha T=0.7 {h[1]:.3f} "
+                f"(own features {h[2]:.3f}) reg {h[3]:.4f} ({(time.time() - t0) / len(hist):.2f}s/step)")
+        if (step + 1) % FLAGS.save_every == 0 or step + 1 == FLAGS.steps:
+            leaves = jax.tree_util.tree_leaves((trainable, opt_state))
+            results.atomic_savez(ckpt_path, step=np.int64(step + 1),
+                                 **{f"l{i}": np.asarray(l) for i, l in enumerate(leaves)})
+    feature_draft.save(FLAGS.feature_out, trainable, ids,
+                       meta={"target": builtin.TARGET_NAME, "steps": int(FLAGS.steps),
+                             "gguf": builtin.GGUF_FILE, "head_from": FLAGS.head_ids_from or None})
+    log(f"wrote {FLAGS.feature_out} ({os.path.getsize(FLAGS.feature_out) / 1e6:.2f} MB)")
+
+
+def feature_acceptance(target, fdraft, data, temperature, batch=16):
+    """Per valid position: [alpha with target features, alpha with own features, target mass
+    on the draft's support] at temperature T, teacher-forced on target samples."""
+    seq, pred_pos = dd.full_sequences(data)
+
+    @jax.jit
+    def rows(tp, dp, seq, pred_pos, lens):
+        h = target_hidden(target.config, tp, seq)
+        take = lambda x: jnp.take_along_axis(x, pred_pos[..., None], axis=1)  # noqa: E731
+        p = jax.nn.softmax(transformer.lm_logits(target.config, tp, take(h)) / temperature)
+        in_cont = jnp.arange(seq.shape[1])[None] >= lens[:, None]
+        out = []
+        for hd in two_passes(fdraft.config, dp, seq, h.astype(jnp.float32), in_cont):
+            lq = feature_draft.head_logits(fdraft.config, dp, take(hd)) / temperature
+            out.append(jnp.minimum(p, jax.nn.softmax(lq)).sum(-1))
+        out.append(jnp.where(jnp.isfinite(lq), p, 0.0).sum(-1))
+        return jnp.stack(out, -1)
+
+    out = []
+    for i in range(0, len(seq), batch):
+        s, pp, ln = seq[i:i + batch], pred_pos[i:i + batch], data["lens"][i:i + batch]
+        pad = batch - len(s)
+        if pad:
+            s, pp, ln = (np.concatenate([x, np.repeat(x[-1:], pad, 0)]) for x in (s, pp, ln))
+        out.append(np.asarray(rows(target.params, fdraft.params, s, pp, ln))[:batch - pad])
+    return np.concatenate(out)[data["valid"]]
+
+
+def stage_eval():
+    target = builtin.load_target()
+    path = FLAGS.feature_draft or FLAGS.feature_out
+    trainable, ids, _ = feature_draft.load(path)
+    fdraft = feature_draft.make_feature_draft(target, trainable, ids)
+    prompts = dd.prompt_ids("eval", FLAGS.prompt_len)
+    rng = np.random.default_rng(FLAGS.seed)
+    prompts = [prompts[i] for i in rng.permutation(len(prompts))[:FLAGS.eval_prompts]]
+    lm = target.language_model()
+    report = {"draft": os.path.basename(path), "eval_prompts": len(prompts), "temperatures": {}}
+    for t in map(float, FLAGS.temperatures):
+        chunk = dd.load_chunks(dd.sample_chunks(lm, target.params, prompts, t, 12345, "eval",
+                                                os.path.join(FLAGS.workdir, "eval")))
+        scores = feature_acceptance(target, fdraft, chunk, t)
+        is_chat = np.broadcast_to((chunk["prompts"][:, 0] == target.config.bos_token_id)[:, None],
+                                  chunk["valid"].shape)[chunk["valid"]]
+        entry = {"positions": int(len(scores)), "target_mass_on_draft_support": float(scores[:, 2].mean())}
+        for j, key in enumerate(("alpha", "alpha_own_features")):
+            a = scores[:, j]
+            entry[key] = float(a.mean())
+            entry[key + "_se"] = float(a.std() / np.sqrt(len(a)))
+            entry[key + "_by_prompt_kind"] = {kind: float(a[m].mean()) for kind, m in
+                                             (("chat", is_chat), ("text", ~is_chat)) if m.any()}
+        report["temperatures"][str(t)] = entry
+        log(f"T={t}: {json.dumps(entry)}")
+    for b in map(int, FLAGS.timing_batches):
+        tt = dd.decode_time(lm, target.params, b)
+        features = jnp.zeros((b, 1, target.config.hidden_size), fdraft.dtype)
+        td = dd.decode_time(fdraft.language_model(), fdraft.params, b, extra=(features,))
+        report.setdefault("decode_time", {})[f"batch{b}"] = {"target_ms": tt * 1e3, "draft_ms": td * 1e3,
+                                                             "ratio": td / tt}
+        log(f"decode batch {b}: target {tt * 1e3:.2f} ms, draft {td * 1e3:.2f} ms, ratio {td / tt:.3f}")
+    dd.write_report(report)
+
+
+def main(argv):
+    del argv
+    os.makedirs(os.path.join(FLAGS.workdir, "eval"), exist_ok=True)
+    {"features": stage_features, "train": stage_train, "eval": stage_eval}[FLAGS.stage]()
+
+
+if __name__ == "__main__":
+    app.run(main)
