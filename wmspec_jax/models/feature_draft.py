@@ -140,7 +140,9 @@ class FeatureDraftCheckpoint(Checkpoint):
 
     def language_model(self, mesh: jax.sharding.Mesh | None = None) -> FeatureDraftModel:
         if mesh is not None and mesh.size > 1:
-            raise NotImplementedError("feature drafts run on one device (no mesh) for now")
+            raise NotImplementedError(
+                f"{self.name}: feature drafts run on one device (no mesh) for now; on a mesh use a "
+                "LoRA draft (the built-in pair: --draft=builtin:v3)")
         return make_language_model(self.config, name=self.name, dtype=self.dtype,
                                    vocab_size=self.logit_width)
 
