@@ -52,7 +52,7 @@ PRESETS = {  # settings, Monte Carlo samples of the curves, whether the public d
     # K = 1 is the built-in pair's best lookahead at the preset's batches (8 and 32) at T = 0.5, 0.7 and 1.0
     # (benchmarks/bench_draft_k.py, batch 8, with the default feature draft f1: 1.01 / 0.95 / 1.09 x plain per
     # token at K = 1, 1.10-1.32 at K = 2; docs/models.md); at batch 1 speculation wins (bench_speculative,
-    # T = 0.7: standard / plain 0.84 at K = 2, 0.83 at K = 3, 0.92 at K = 4). Detection: 144 of the built-in eval split's 150 questions, 48 train / 96 test texts
+    # T = 0.7: standard / plain 0.83, 0.84, 0.83, 0.92 at K = 1, 2, 3, 4). Detection: 144 of the built-in eval split's 150 questions, 48 train / 96 test texts
     # per class at 96 tokens (96 = 4 x the 24 test texts of the preset before issue 15: half the interval
     # width), generated 32 rows per call (more tokens per second than 8 on a CPU; the 128 Alg. 1 texts
     # the speed table has not made fill 4 calls exactly).
