@@ -73,7 +73,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from wmspec_jax import results  # noqa: E402
-from wmspec_jax.models import builtin, feature_draft, transformer  # noqa: E402
+from wmspec_jax.models import builtin, draft, feature_draft, transformer  # noqa: E402
 from wmspec_jax.models.cache import init_cache  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -166,10 +166,11 @@ def stage_features():
         log(f"features {i + 1}/{len(paths)}: {os.path.basename(out)} ({time.time() - t0:.1f}s)")
 
 
-def head_ids(target):
+def head_ids():
+    """The reduced head's ids: those of the LoRA draft --head_ids_from (None: the full head)."""
     if not FLAGS.head_ids_from:
         return None
-    _, adapters, _ = dd.draft.load_adapters(builtin.draft_asset_path(FLAGS.head_ids_from))
+    _, adapters, _ = draft.load_adapters(builtin.draft_asset_path(FLAGS.head_ids_from))
     return np.asarray(adapters["head_ids"], np.int32)
 
 
@@ -185,7 +186,7 @@ def stage_train():
     seq, pred_pos = dd.full_sequences(data)
     n = len(seq)
     log(f"{n} sequences with features from {len(paths)} chunks")
-    ids = head_ids(target)
+    ids = head_ids()
     ids_j = None if ids is None else jnp.asarray(ids)
 
     warmup = min(30, FLAGS.steps // 10)
@@ -247,6 +248,7 @@ def feature_acceptance(target, fdraft, data, temperature, batch=16):
         for hd in two_passes(fdraft.config, dp, seq, h.astype(jnp.float32), in_cont):
             lq = feature_draft.head_logits(fdraft.config, dp, take(hd)) / temperature
             out.append(jnp.minimum(p, jax.nn.softmax(lq)).sum(-1))
+        # the target's mass on the tokens the draft can propose (the same support in both passes)
         out.append(jnp.where(jnp.isfinite(lq), p, 0.0).sum(-1))
         return jnp.stack(out, -1)
 

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 from tests import stats
+from tests.models.test_draft_reduced_head import tiny_pair as reduced_head_pair
 from wmspec_jax import decoders, prf, speculative
-from wmspec_jax.models import feature_draft, transformer
-from wmspec_jax.models.config import TransformerConfig
-from wmspec_jax.models.hf import Checkpoint
+from wmspec_jax.models import feature_draft
 from wmspec_jax.sources import SOURCE_DRAFT
 
 V = 16
@@ -24,11 +23,9 @@ PROMPT = np.array([1, 4, 9, 6, 12], np.int32)
 
 @functools.lru_cache(maxsize=None)
 def tiny_pair():
-    cfg = TransformerConfig(family="llama", vocab_size=V, hidden_size=16, intermediate_size=32,
-                            num_layers=2, num_heads=2, num_kv_heads=1, head_dim=8, eos_token_id=None)
-    params = transformer.init_params(cfg, jax.random.key(7), scale=0.4)
-    target = Checkpoint(name="tiny", config=cfg, params=params)
-    trainable = feature_draft.init_trainable(params, cfg, jax.random.key(1))
+    target = reduced_head_pair()[0]  # the tiny random Llama of the reduced-head tests (V = 16)
+    assert target.config.vocab_size == V
+    trainable = feature_draft.init_trainable(target.params, target.config, jax.random.key(1))
     # a draft that uses the features: a random fc mixing embedding and feature
     trainable["fc"] = 0.5 * jax.random.normal(jax.random.key(2), trainable["fc"].shape)
     return target, feature_draft.make_feature_draft(target, trainable, KEPT)

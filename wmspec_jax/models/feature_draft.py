@@ -57,22 +57,20 @@ FORMAT = "wmspec-feature-draft-v1"
 TRAINABLE = ("fc", "layers", "final_norm")
 
 
-def feature_config(target_config: TransformerConfig, source_layer: int = -1) -> TransformerConfig:
-    """The draft's config: the target's, with one layer (of ``source_layer``'s type)."""
-    layer = source_layer % target_config.num_layers
-    return target_config.select_layers([layer])
+def feature_config(target_config: TransformerConfig) -> TransformerConfig:
+    """The draft's config: the target's, with one layer of its last layer's type (sliding or global)."""
+    return target_config.select_layers([target_config.num_layers - 1])
 
 
-def init_trainable(target_params: dict, target_config: TransformerConfig, key: jax.Array,
-                   source_layer: int = -1) -> dict:
+def init_trainable(target_params: dict, target_config: TransformerConfig, key: jax.Array) -> dict:
     """Trainable params at the start of distillation (float32).
 
-    The layer starts as a copy of the target's ``source_layer``, the final norm
-    as the target's; ``fc`` starts as [I; 0] plus small noise, so the untrained
+    The layer starts as a copy of the target's last layer, the final norm as
+    the target's; ``fc`` starts as [I; 0] plus small noise, so the untrained
     draft is that layer applied to the token embedding.
     """
     d = target_config.hidden_size
-    layer = source_layer % target_config.num_layers
+    layer = target_config.num_layers - 1
     fc = jnp.concatenate([jnp.eye(d), jnp.zeros((d, d))], axis=0)
     fc = fc + 0.01 * jax.random.normal(key, (2 * d, d)) / np.sqrt(2 * d)
     return {
@@ -147,12 +145,12 @@ class FeatureDraftCheckpoint(Checkpoint):
                                    vocab_size=self.logit_width)
 
 
-def make_feature_draft(target: Checkpoint, trainable: dict, head_ids=None, name: str | None = None,
-                       source_layer: int = -1) -> FeatureDraftCheckpoint:
+def make_feature_draft(target: Checkpoint, trainable: dict, head_ids=None,
+                       name: str | None = None) -> FeatureDraftCheckpoint:
     """A feature draft of ``target`` from its trainable params (and reduced head ids)."""
     if head_ids is not None:
         head_ids = draft_lib.check_head_ids(head_ids, target.config.vocab_size)
-    config = feature_config(target.config, source_layer)
+    config = feature_config(target.config)
     _check_trainable(config, trainable)
     return FeatureDraftCheckpoint(
         name=name or f"{target.name}-feature-draft", config=config,
