@@ -135,9 +135,11 @@ def shard_params(params: dict, config: TransformerConfig, mesh: Mesh) -> dict:
     """Places a params pytree tensor-parallel on ``mesh`` (layout: :mod:`.models.partitioning`).
 
     For checkpoints prefer ``hf.load_checkpoint(..., mesh=mesh)``, which
-    places each tensor as it is read instead of going through one device.
+    places each tensor as it is read instead of going through one device. Drafts' extra
+    entries (reduced head, feature input) are placed too
+    (:func:`wmspec_jax.models.partitioning.param_partition_specs`).
     """
-    shardings = partitioning.param_shardings(config, mesh)
+    shardings = partitioning.param_shardings(config, mesh, params)
     return jax.tree_util.tree_map(place, params, shardings)
 
 

@@ -49,7 +49,7 @@ import numpy as np
 from wmspec_jax.lm import FeatureDraftModel
 from wmspec_jax.models import cache as cache_lib
 from wmspec_jax.models import draft as draft_lib
-from wmspec_jax.models import protocol, transformer
+from wmspec_jax.models import partitioning, protocol, transformer
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.hf import Checkpoint
 
@@ -121,12 +121,16 @@ def step(config: TransformerConfig, params: dict, cache: cache_lib.KVCache, toke
 
 
 def make_language_model(config: TransformerConfig, *, name: str, dtype=jnp.float32,
-                        vocab_size: int | None = None) -> FeatureDraftModel:
-    """The :class:`~wmspec_jax.lm.FeatureDraftModel` of a feature draft with ``config``."""
+                        vocab_size: int | None = None,
+                        mesh: jax.sharding.Mesh | None = None) -> FeatureDraftModel:
+    """The :class:`~wmspec_jax.lm.FeatureDraftModel` of a feature draft with ``config``;
+    with ``mesh`` its cache is split as the target's (pass params placed with
+    :func:`wmspec_jax.sharding.shard_params`)."""
     width = int(vocab_size or config.vocab_size)
+    sharding = None if mesh is None else partitioning.cache_shardings(config, mesh)
     return FeatureDraftModel(
         name=name, vocab_size=width,
-        init_cache=functools.partial(cache_lib.init_cache, config, dtype=dtype),
+        init_cache=functools.partial(cache_lib.init_cache, config, dtype=dtype, sharding=sharding),
         step=functools.partial(step, config, logit_width=width),
         rewind=cache_lib.rewind, cache_lengths=cache_lib.cache_lengths,
         feature_size=config.hidden_size)
@@ -137,12 +141,8 @@ class FeatureDraftCheckpoint(Checkpoint):
     """A feature draft as a :class:`Checkpoint` (its model is a FeatureDraftModel)."""
 
     def language_model(self, mesh: jax.sharding.Mesh | None = None) -> FeatureDraftModel:
-        if mesh is not None and mesh.size > 1:
-            raise NotImplementedError(
-                f"{self.name}: feature drafts run on one device (no mesh) for now; on a mesh use a "
-                "LoRA draft (the built-in pair: --draft=builtin:v3)")
         return make_language_model(self.config, name=self.name, dtype=self.dtype,
-                                   vocab_size=self.logit_width)
+                                   vocab_size=self.logit_width, mesh=mesh)
 
 
 def make_feature_draft(target: Checkpoint, trainable: dict, head_ids=None,

@@ -13,7 +13,14 @@ parameter                              split over ``model``        why
 ``w_down`` [L, F, D]                   hidden units (rows)         one all-reduce per layer
 ``embed`` [V, D], ``lm_head`` [D, V]   vocabulary                  logits split over V
 norms                                  replicated                  tiny
+draft ``head_rows`` [K, D]             kept ids (rows)             logits split over K
+draft ``head_ids`` [K]                 replicated                  tiny
+draft ``fc`` [2D, D]                   replicated                  its output feeds all heads
 =====================================  ==========================  ======================
+
+The last three rows are for drafts (:mod:`wmspec_jax.models.draft`,
+:mod:`wmspec_jax.models.feature_draft`): a reduced-vocabulary head and a
+feature draft's input projection.
 
 The KV cache ``k, v: [L, B, S, Hkv, Dh]`` is split over ``data`` (rows) and
 ``model`` (key/value heads), its ``lengths`` over ``data``. A dimension is
@@ -55,8 +62,10 @@ def _spec(ndim: int, dim: int | None) -> P:
     return P(*(MODEL if i == dim else None for i in range(ndim)))
 
 
-def param_partition_specs(config: TransformerConfig, model_size: int) -> dict:
-    """PartitionSpecs with the structure of :func:`param_shapes` (module doc)."""
+def param_partition_specs(config: TransformerConfig, model_size: int, params: dict | None = None) -> dict:
+    """PartitionSpecs with the structure of :func:`param_shapes` (module doc), or of ``params``
+    when given: a draft's extra entries (``head_rows``, ``head_ids``, ``fc``) get theirs and any
+    other unknown entry raises ValueError."""
     ok = _divides(config, int(model_size))
     shapes = param_shapes(config)
     layers = {}
@@ -67,7 +76,18 @@ def param_partition_specs(config: TransformerConfig, model_size: int) -> dict:
            "final_norm": P()}
     if "lm_head" in shapes:
         out["lm_head"] = _spec(2, 1 if ok["vocab"] else None)
-    return out
+    if params is None:
+        return out
+    for name in set(params) - set(out):
+        if name == "head_rows":
+            kept = params[name].shape[0]
+            out[name] = _spec(2, 0 if kept % int(model_size) == 0 else None)
+        elif name in ("head_ids", "fc"):
+            out[name] = P()
+        else:
+            raise ValueError(f"no tensor-parallel layout for parameter {name!r} of {config.family} "
+                             f"(known: {sorted(out) + ['fc', 'head_ids', 'head_rows']})")
+    return {k: out[k] for k in params}
 
 
 def cache_partition_specs(config: TransformerConfig, model_size: int) -> KVCache:
@@ -82,9 +102,10 @@ def _named(mesh, specs):
                                   is_leaf=lambda s: isinstance(s, P))
 
 
-def param_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh) -> dict:
-    """NamedShardings of every parameter on ``mesh`` (axes ``data``, ``model``)."""
-    return _named(mesh, param_partition_specs(config, mesh.shape[MODEL]))
+def param_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh, params: dict | None = None) -> dict:
+    """NamedShardings of every parameter on ``mesh`` (axes ``data``, ``model``); with ``params``
+    its structure (see :func:`param_partition_specs`)."""
+    return _named(mesh, param_partition_specs(config, mesh.shape[MODEL], params))
 
 
 def cache_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh) -> KVCache:
