@@ -23,12 +23,14 @@ resumable and writing atomically:
   first draft (target features) and a later one (own features), split by
   prompt kind, and the draft/target decode-time ratio.
 
-Feature draft f1 (``wmspec_jax/assets/smollm2_feature_draft_f1.npz``, the default
-built-in draft; ``docs/models.md`` has its held-out acceptance and speed). It
-starts from the target's last layer and v3's 16384-token head, and was trained
-on draft v3's sample chunks (1484 sequences, ``distill_draft.py`` docstring)
-plus 649 chat questions the target wrote itself, answered at T = 0.7.
-Commands (2-core CPU, from the repository root; ``$W`` holds v3's chunks)::
+Feature drafts f1 and f2 (``wmspec_jax/assets/smollm2_feature_draft_f{1,2}.npz``;
+f2 is the default built-in draft; ``docs/models.md`` has their held-out
+acceptance and speed). f1 starts from the target's last layer and v3's
+16384-token head, and was trained on draft v3's sample chunks (1484 sequences,
+``distill_draft.py`` docstring) plus 649 chat questions the target wrote
+itself, answered at T = 0.7; f2 is f1's training resumed with 1336 more such
+questions (another seed). Commands (2-core CPU, from the repository root;
+``$W`` holds v3's chunks; ``--feature_out`` defaults to f2's asset)::
 
   W=/tmp/wmspec_draft_v3
   python experiments/distill_feature_draft.py --stage=features --workdir=$W
@@ -40,9 +42,14 @@ Commands (2-core CPU, from the repository root; ``$W`` holds v3's chunks)::
       --self_chat_tries=1024 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
   python experiments/distill_feature_draft.py --stage=features --workdir=$W   # the new chunks
   python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=2300 \
-      --lr=1.5e-3 --save_every=25        # resumes at 1550 on all 2133 sequences
+      --lr=1.5e-3 --save_every=25 --feature_out=$W/f1.npz   # resumes at 1550, 2133 sequences
+  python experiments/distill_draft.py --mode=sample --prompt_source=self_chat --seed=1 \
+      --self_chat_tries=2048 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
+  python experiments/distill_feature_draft.py --stage=features --workdir=$W   # the new chunks
+  python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=3800 \
+      --lr=1.5e-3 --save_every=25        # resumes at 2300 on all 3469 sequences: f2
   python experiments/distill_feature_draft.py --stage=eval --workdir=$W --timing_batches=1 \
-      --eval_json=$W/eval_f1.json
+      --eval_json=$W/eval_f2.json
 
 Each resumed run rebuilds the cosine schedule for its own ``--steps`` (a warm
 restart at a lower rate). CPU time: features 7 s per 32-row chunk (the first
@@ -50,7 +57,10 @@ restart at a lower rate). CPU time: features 7 s per 32-row chunk (the first
 computation); training ~1 s a step alone (700 steps in 13 min), ~2 s while
 sharing the CPU with the self-chat sampler (steps 700-1550, 34 min); the
 self-chat sampling 21 min (questions 8 min, 11 answer chunks 13 min); the last
-750 steps 13 min.
+750 steps 13 min. For f2 (a faster session of the same CPU type): the seed-1
+self-chat sampling 22 min (1336 questions kept of 2048 in 9 min, 21 answer
+chunks in 13 min), their features 5 min, steps 2300-3800 23 min (0.92 s a
+step).
 """
 
 from __future__ import annotations
@@ -80,7 +90,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("stage", "eval", ["features", "train", "eval"], "stage to run")
 flags.DEFINE_string("feature_out", os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "wmspec_jax", "assets",
-    "smollm2_feature_draft_f1.npz"), "train: the feature draft file written at the end")
+    "smollm2_feature_draft_f2.npz"), "train: the feature draft file written at the end")
 flags.DEFINE_string("feature_draft", "", "eval: feature draft file ('' = --feature_out)")
 flags.DEFINE_string("head_ids_from", "v3", "train: reduced head = the head ids of this built-in "
                     "LoRA draft ('' = full head)")

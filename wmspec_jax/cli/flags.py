@@ -33,7 +33,7 @@ from wmspec_jax.experiment.settings import Settings
 
 FLAG_HELP = {
     "target": "'builtin', 'toy' or a local Hugging Face checkpoint directory (target P)",
-    "draft": "'builtin' (= 'builtin:f1', a feature draft; 'builtin:v1' / 'v2' / 'v3' are earlier shipped LoRA drafts), 'toy' or a local Hugging "
+    "draft": "'builtin' (= 'builtin:f2', a feature draft; 'builtin:f1' is its predecessor, 'builtin:v1' / 'v2' / 'v3' earlier shipped LoRA drafts), 'toy' or a local Hugging "
              "Face checkpoint directory (draft Q)",
     "dtype": "params dtype of checkpoints: float32 or bfloat16",
     "dataset": "builtin-eli5[:split], builtin-c4[:split], eli5:PATH or c4:PATH (wmspec_jax.data)",

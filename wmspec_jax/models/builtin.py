@@ -10,9 +10,10 @@
   one ``load_builtin_pair`` uses. ``"v1"`` (6 layers, rank-16 LoRA, the full
   49152-token head) is the draft of the results produced before issue 15;
   ``"v2"`` adds a reduced-vocabulary head; ``"v3"`` is v2 distilled further
-  on more of the target's samples; ``"f1"`` (the default) is a different
-  kind of draft, one layer reading the target's hidden states
-  (:mod:`wmspec_jax.models.feature_draft`; ``docs/models.md``).
+  on more of the target's samples; ``"f1"`` is a different kind of draft,
+  one layer reading the target's hidden states
+  (:mod:`wmspec_jax.models.feature_draft`; ``docs/models.md``), and ``"f2"``
+  (the default) is f1 trained further with more self-written chat prompts.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "smollm2-135m-instruct"
 # name -> adapter file under wmspec_jax/assets (docs/models.md: how each was made, what it measures)
 DRAFTS = {"v1": "smollm2_draft.npz", "v2": "smollm2_draft_v2.npz", "v3": "smollm2_draft_v3.npz",
-          "f1": "smollm2_feature_draft_f1.npz"}
-DEFAULT_DRAFT = "f1"
+          "f1": "smollm2_feature_draft_f1.npz", "f2": "smollm2_feature_draft_f2.npz"}
+DEFAULT_DRAFT = "f2"
 
 
 def gguf_path() -> str:
@@ -101,9 +102,9 @@ def draft_asset_path(name: str = DEFAULT_DRAFT) -> str:
 def load_draft(target: Checkpoint | None = None, adapters_path: str | None = None,
                name: str = DEFAULT_DRAFT) -> Checkpoint:
     """The built-in draft ``name``: kept target layers with its adapters merged in
-    (v1-v3), or a feature draft (f1, :mod:`wmspec_jax.models.feature_draft`).
+    (v1-v3), or a feature draft (f1, f2, :mod:`wmspec_jax.models.feature_draft`).
 
-    Shares the target's tokenizer, embedding and LM head (v2, v3, f1: the head's rows
+    Shares the target's tokenizer, embedding and LM head (v2, v3, f1, f2: the head's rows
     of its kept tokens only); ``adapters_path`` overrides the shipped asset (e.g. a
     freshly distilled one, of either kind).
     """
