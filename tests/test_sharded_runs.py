@@ -2,7 +2,7 @@
 per-process results files of a multi-process run (``runs.open_generations`` / ``merge_generations``).
 
 The 8-device run needs XLA_FLAGS before jax starts, so it runs in a subprocess
-(as tests/test_sharding.py does).
+(tests/multidevice.py).
 """
 
 import dataclasses
@@ -15,6 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from tests.multidevice import run_on_devices
 from wmspec_jax import pairs, results, runs
 
 SCRIPT = textwrap.dedent(
@@ -54,13 +55,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def sharded_report(tmp_path_factory):
-    root = tmp_path_factory.mktemp("sharded_runs")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.getcwd())
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(root)], env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_on_devices(SCRIPT, 8, tmp_path_factory.mktemp("sharded_runs"))
 
 
 def test_runs_under_a_mesh_write_the_same_records_as_one_device(sharded_report):

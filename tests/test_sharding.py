@@ -1,13 +1,10 @@
 """Meshes, tensor/data-parallel placement and multi-host helpers (wmspec_jax.sharding).
 
 The 8-device checks need XLA_FLAGS before jax starts, so they run in a
-subprocess (as tests/test_tradeoff_sharding.py does).
+subprocess (tests/multidevice.py).
 """
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -15,6 +12,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from tests.multidevice import run_on_devices
 from wmspec_jax import sharding
 from wmspec_jax.models import partitioning
 from wmspec_jax.models.config import TransformerConfig
@@ -207,13 +205,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def eight_device_report():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_on_devices(SCRIPT, 8)
     print(json.dumps(report, indent=1))
     return report
 

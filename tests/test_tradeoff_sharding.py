@@ -1,16 +1,14 @@
 """Monte Carlo samples sharded over 8 forced CPU devices give the 1-device result.
 
-XLA_FLAGS must be set before jax is imported, so the 8-device run is a subprocess.
+XLA_FLAGS must be set before jax is imported, so the 8-device run is a subprocess
+(tests/multidevice.py).
 """
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 
+from tests.multidevice import run_on_devices
 from wmspec_jax import tradeoff as to
 from wmspec_jax.tradeoff import kernels
 
@@ -40,13 +38,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_eight_devices_match_one():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    multi = json.loads(proc.stdout.strip().splitlines()[-1])
+    multi = run_on_devices(SCRIPT, 8, timeout=300)
     assert multi["devices"] == 8 and multi["chunk_devices"] == 8
 
     q, p = np.array(Q, np.float32), np.array(P, np.float32)

@@ -1,13 +1,9 @@
 """Drafts with a reduced head (LoRA, models/draft.py) and feature drafts (models/feature_draft.py)
 on a (data, model) mesh: their extra params get a layout, and the loop gives the one-device tokens.
 
-XLA_FLAGS must be set before jax starts, so the 4-device run is a subprocess (as
-tests/test_sharding.py does)."""
+XLA_FLAGS must be set before jax starts, so the 4-device run is a subprocess
+(tests/multidevice.py)."""
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax.numpy as jnp
@@ -16,6 +12,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from tests.models.test_draft_reduced_head import tiny_pair
+from tests.multidevice import run_on_devices
 from wmspec_jax.models import partitioning
 
 SCRIPT = textwrap.dedent(
@@ -61,13 +58,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def four_device_report():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=root)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_on_devices(SCRIPT, 4)
 
 
 @pytest.mark.parametrize("case", ["lora/standard", "lora/pseudorandom", "feature/standard",
