@@ -16,21 +16,27 @@ resumable and writing atomically:
   draft's own features of the previous position from the first pass (later
   drafts, which run before the target has seen the drafted tokens), plus a
   small regression of the draft's hidden state onto the target's
-  (``--feature_loss``). Checkpoints every ``--save_every`` steps; writes
-  ``--feature_out``.
+  (``--feature_loss``). Optional regularisers (off for f1 and f2):
+  ``--weight_decay`` (AdamW, matrices only) and ``--feature_noise``
+  (uniform noise on the target's features, as EAGLE trains). Checkpoints
+  every ``--save_every`` steps; writes ``--feature_out``.
 * ``eval``: held-out acceptance alpha = E[1 − TV(Q_T, P_T)] on the eval
   prompts (the same target samples as ``distill_draft --mode=eval``), for the
   first draft (target features) and a later one (own features), split by
-  prompt kind, and the draft/target decode-time ratio.
+  prompt kind, and the draft/target decode-time ratio; with
+  ``--chunk_globs`` also alpha on sample chunks of the workdir (trained-on
+  against unseen rounds: the generalisation gap).
 
-Feature drafts f1 and f2 (``wmspec_jax/assets/smollm2_feature_draft_f{1,2}.npz``;
-f2 is the default built-in draft; ``docs/models.md`` has their held-out
+Feature drafts f1, f2 and f3 (``wmspec_jax/assets/smollm2_feature_draft_f{1,2,3}.npz``;
+f3 is the default built-in draft; ``docs/models.md`` has their held-out
 acceptance and speed). f1 starts from the target's last layer and v3's
 16384-token head, and was trained on draft v3's sample chunks (1484 sequences,
 ``distill_draft.py`` docstring) plus 649 chat questions the target wrote
 itself, answered at T = 0.7; f2 is f1's training resumed with 1336 more such
-questions (another seed). Commands (2-core CPU, from the repository root;
-``$W`` holds v3's chunks; ``--feature_out`` defaults to f2's asset)::
+questions (another seed); f3 is trained from the start (f1's initialisation)
+on f2's data plus 2624 more such questions (a third seed), with weight decay
+and feature noise. Commands (2-core CPU, from the repository root;
+``$W`` holds v3's chunks; ``--feature_out`` defaults to f3's asset)::
 
   W=/tmp/wmspec_draft_v3
   python experiments/distill_feature_draft.py --stage=features --workdir=$W
@@ -47,9 +53,17 @@ questions (another seed). Commands (2-core CPU, from the repository root;
       --self_chat_tries=2048 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
   python experiments/distill_feature_draft.py --stage=features --workdir=$W   # the new chunks
   python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=3800 \
-      --lr=1.5e-3 --save_every=25        # resumes at 2300 on all 3469 sequences: f2
+      --lr=1.5e-3 --save_every=25 --feature_out=$W/f2.npz   # resumes at 2300, 3469 sequences
+  python experiments/distill_draft.py --mode=sample --prompt_source=self_chat --seed=2 \
+      --self_chat_tries=4096 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
+  python experiments/distill_feature_draft.py --stage=features --workdir=$W   # the new chunks
+  # f3 starts afresh: a new workdir with links to all 121 chunks and their features
+  W3=/tmp/wmspec_f3; mkdir -p $W3/feat; ln -s $W/train*_T*.npz $W3/; ln -s $W/feat/*.npy $W3/feat/
+  ln -s $W/eval $W3/eval
+  python experiments/distill_feature_draft.py --stage=train --workdir=$W3 --steps=3000 \
+      --lr=1.5e-3 --save_every=50 --weight_decay=0.05 --feature_noise=0.2   # 6093 sequences: f3
   python experiments/distill_feature_draft.py --stage=eval --workdir=$W --timing_batches=1 \
-      --eval_json=$W/eval_f2.json
+      --feature_draft=wmspec_jax/assets/smollm2_feature_draft_f3.npz --eval_json=$W/eval_f3.json
 
 Each resumed run rebuilds the cosine schedule for its own ``--steps`` (a warm
 restart at a lower rate). CPU time: features 7 s per 32-row chunk (the first
@@ -60,7 +74,9 @@ self-chat sampling 21 min (questions 8 min, 11 answer chunks 13 min); the last
 750 steps 13 min. For f2 (a faster session of the same CPU type): the seed-1
 self-chat sampling 22 min (1336 questions kept of 2048 in 9 min, 21 answer
 chunks in 13 min), their features 5 min, steps 2300-3800 23 min (0.92 s a
-step).
+step). For f3: the seed-2 self-chat sampling 38 min (2624 questions kept of
+4096), their features 10 min, the 3000 steps 51 min (~1.05 s a step; ~1.5 s
+while an eval shared the CPU).
 """
 
 from __future__ import annotations
@@ -90,12 +106,18 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("stage", "eval", ["features", "train", "eval"], "stage to run")
 flags.DEFINE_string("feature_out", os.path.join(
     os.path.dirname(os.path.abspath(__file__)), "..", "wmspec_jax", "assets",
-    "smollm2_feature_draft_f2.npz"), "train: the feature draft file written at the end")
+    "smollm2_feature_draft_f3.npz"), "train: the feature draft file written at the end")
 flags.DEFINE_string("feature_draft", "", "eval: feature draft file ('' = --feature_out)")
 flags.DEFINE_string("head_ids_from", "v3", "train: reduced head = the head ids of this built-in "
                     "LoRA draft ('' = full head)")
 flags.DEFINE_float("feature_loss", 0.1, "train: weight of the hidden-state regression")
 flags.DEFINE_float("second_pass", 0.5, "train: weight of the own-feature pass")
+flags.DEFINE_list("chunk_globs", [], "eval: also measure alpha (teacher-forced, each chunk at its own "
+                  "temperature) on these sample chunks of --workdir, e.g. a trained-on round against an "
+                  "unseen one (the generalisation gap)")
+flags.DEFINE_float("weight_decay", 0.0, "train: AdamW decay of fc and the layer's matrices (not norms)")
+flags.DEFINE_float("feature_noise", 0.0, "train: half-width of uniform noise added to the target's "
+                   "features in the first pass (EAGLE's augmentation; the features' RMS is ~2)")
 
 log = dd.log
 
@@ -137,13 +159,16 @@ def two_passes(cfg, params, seq, features, in_continuation):
     return h1, draft_hidden(cfg, params, seq, own)
 
 
-def feature_loss(trainable, target_params, cfg, head_ids, batch):
+def feature_loss(trainable, target_params, cfg, head_ids, batch, noise_key):
     seq, feats, pred_pos, vals, idx, valid, lens = batch
     params = feature_draft.runtime_params(target_params, trainable, head_ids)
     feats = feats.astype(jnp.float32)
     pos = jnp.arange(seq.shape[1])[None]
     in_cont = pos >= lens[:, None]
-    h1, h2 = two_passes(cfg, params, seq, feats, in_cont)
+    noisy = feats
+    if FLAGS.feature_noise:
+        noisy = feats + FLAGS.feature_noise * jax.random.uniform(noise_key, feats.shape, minval=-1.0, maxval=1.0)
+    h1, h2 = two_passes(cfg, params, seq, noisy, in_cont)
     take = lambda h: jnp.take_along_axis(h, pred_pos[..., None], axis=1)  # noqa: E731
     loss1, aux1 = dd.teacher_loss(reduced_logits(params, take(h1)), vals, idx, valid, cfg.vocab_size, head_ids)
     loss2, aux2 = dd.teacher_loss(reduced_logits(params, take(h2)), vals, idx, valid, cfg.vocab_size, head_ids)
@@ -201,8 +226,11 @@ def stage_train():
 
     warmup = min(30, FLAGS.steps // 10)
     sched = optax.warmup_cosine_decay_schedule(0.0, FLAGS.lr, warmup, FLAGS.steps, FLAGS.lr * 0.05)
-    opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
     trainable = feature_draft.init_trainable(target.params, target.config, jax.random.PRNGKey(FLAGS.seed))
+    decay_mask = {"fc": True, "final_norm": False,
+                  "layers": {k: "norm" not in k for k in trainable["layers"]}}
+    opt = optax.chain(optax.clip_by_global_norm(1.0),
+                      optax.adamw(sched, weight_decay=FLAGS.weight_decay, mask=decay_mask))
     opt_state = opt.init(trainable)
     ckpt_path = os.path.join(FLAGS.workdir, "feature_train_state.npz")
     start = 0
@@ -215,9 +243,9 @@ def stage_train():
         log(f"resumed from step {start}")
 
     @jax.jit
-    def train_step(trainable, opt_state, batch):
+    def train_step(trainable, opt_state, batch, noise_key):
         (loss, aux), grads = jax.value_and_grad(feature_loss, has_aux=True)(
-            trainable, target.params, cfg, ids_j, batch)
+            trainable, target.params, cfg, ids_j, batch, noise_key)
         updates, opt_state = opt.update(grads, opt_state, trainable)
         return optax.apply_updates(trainable, updates), opt_state, loss, aux
 
@@ -227,7 +255,8 @@ def stage_train():
         rows = np.sort(rng.choice(n, FLAGS.batch, replace=False))
         batch = tuple(map(jnp.asarray, (seq[rows], feats[rows], pred_pos[rows], data["vals"][rows],
                                         data["idx"][rows], data["valid"][rows], data["lens"][rows])))
-        trainable, opt_state, loss, aux = train_step(trainable, opt_state, batch)
+        noise_key = jax.random.fold_in(jax.random.PRNGKey(FLAGS.seed), step)
+        trainable, opt_state, loss, aux = train_step(trainable, opt_state, batch, noise_key)
         hist.append([float(loss), float(aux["alpha07"]), float(aux["alpha07_own"]), float(aux["reg"])])
         if (step + 1) % 10 == 0:
             h = np.mean(hist[-10:], axis=0)
@@ -272,6 +301,11 @@ def feature_acceptance(target, fdraft, data, temperature, batch=16):
     return np.concatenate(out)[data["valid"]]
 
 
+def chunk_temperature(path) -> float:
+    with np.load(path) as z:
+        return float(z["temperature"])
+
+
 def stage_eval():
     target = builtin.load_target()
     path = FLAGS.feature_draft or FLAGS.feature_out
@@ -297,6 +331,17 @@ def stage_eval():
                                              (("chat", is_chat), ("text", ~is_chat)) if m.any()}
         report["temperatures"][str(t)] = entry
         log(f"T={t}: {json.dumps(entry)}")
+    for pattern in FLAGS.chunk_globs:
+        paths = sorted(glob.glob(os.path.join(FLAGS.workdir, pattern)))
+        if not paths:
+            raise SystemExit(f"--chunk_globs: nothing matches {pattern!r} in {FLAGS.workdir}")
+        scores = np.concatenate([feature_acceptance(target, fdraft, dd.load_chunks([p]), chunk_temperature(p))
+                                 for p in paths])
+        entry = {"chunks": len(paths), "positions": int(len(scores)),
+                 "alpha": float(scores[:, 0].mean()), "alpha_se": float(scores[:, 0].std() / np.sqrt(len(scores))),
+                 "alpha_own_features": float(scores[:, 1].mean())}
+        report.setdefault("chunks", {})[pattern] = entry
+        log(f"{pattern}: {json.dumps(entry)}")
     for b in map(int, FLAGS.timing_batches):
         tt = dd.decode_time(lm, target.params, b)
         features = jnp.zeros((b, 1, target.config.hidden_size), fdraft.dtype)
