@@ -11,7 +11,7 @@ r"""The main job: every experiment of the paper, from one command.
 
 Presets (``--preset``); every other flag overrides the preset:
 
-* ``quick``: the built-in pair (SmolLM2-135M-Instruct + feature draft f2),
+* ``quick``: the built-in pair (SmolLM2-135M-Instruct + feature draft f3),
   the built-in ELI5 stand-in, 16 prompts per speed run with K = 1, 2, 3
   (batches of 8), 144 texts per detection run and class (48 train / 96 test;
   batches of 32) at K = 1 — the pair's best lookahead by
@@ -50,9 +50,10 @@ PARTS = ("tradeoff", "speculative", "detection")
 
 PRESETS = {  # settings, Monte Carlo samples of the curves, whether the public demo secret is allowed
     # K = 1 is the built-in pair's best lookahead at the preset's batches (8 and 32) at T = 0.5, 0.7 and 1.0
-    # (benchmarks/bench_draft_k.py, batch 8, with feature draft f1, f2's predecessor of the same cost: 1.01 / 0.95 /
-    # 1.09 x plain per token at K = 1, 1.10-1.32 at K = 2; docs/models.md); at batch 1 speculation wins
-    # (bench_speculative, T = 0.7, f2: standard / plain 0.85, 0.87, 0.87, 0.89 at K = 1, 2, 3, 4). Detection: 144 of the built-in eval split's 150 questions, 48 train / 96 test texts
+    # (benchmarks/bench_draft_k.py, batch 8, with feature draft f1, of f3's cost and shape: 1.01 / 0.95 /
+    # 1.09 x plain per token at K = 1, 1.10-1.32 at K = 2; docs/models.md; f3 at batch 8, T = 0.7: 1.04 at K = 1,
+    # 1.34 at K = 3); at batch 1 speculation wins (bench_speculative, T = 0.7, f3: standard / plain 0.85 and 0.81
+    # at K = 1 and 3). Detection: 144 of the built-in eval split's 150 questions, 48 train / 96 test texts
     # per class at 96 tokens (96 = 4 x the 24 test texts of the preset before issue 15: half the interval
     # width), generated 32 rows per call (more tokens per second than 8 on a CPU; the 128 Alg. 1 texts
     # the speed table has not made fill 4 calls exactly).

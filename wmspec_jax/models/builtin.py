@@ -12,8 +12,10 @@
   ``"v2"`` adds a reduced-vocabulary head; ``"v3"`` is v2 distilled further
   on more of the target's samples; ``"f1"`` is a different kind of draft,
   one layer reading the target's hidden states
-  (:mod:`wmspec_jax.models.feature_draft`; ``docs/models.md``), and ``"f2"``
-  (the default) is f1 trained further with more self-written chat prompts.
+  (:mod:`wmspec_jax.models.feature_draft`; ``docs/models.md``), ``"f2"``
+  is f1 trained further with more self-written chat prompts, and ``"f3"``
+  (the default) has f1's shape, trained afresh on all of f2's data plus one
+  more round of self-written chat prompts, with weight decay and feature noise.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "smollm2-135m-instruct"
 # name -> adapter file under wmspec_jax/assets (docs/models.md: how each was made, what it measures)
 DRAFTS = {"v1": "smollm2_draft.npz", "v2": "smollm2_draft_v2.npz", "v3": "smollm2_draft_v3.npz",
-          "f1": "smollm2_feature_draft_f1.npz", "f2": "smollm2_feature_draft_f2.npz"}
-DEFAULT_DRAFT = "f2"
+          "f1": "smollm2_feature_draft_f1.npz", "f2": "smollm2_feature_draft_f2.npz",
+          "f3": "smollm2_feature_draft_f3.npz"}
+DEFAULT_DRAFT = "f3"
 
 
 def gguf_path() -> str:
@@ -102,9 +105,9 @@ def draft_asset_path(name: str = DEFAULT_DRAFT) -> str:
 def load_draft(target: Checkpoint | None = None, adapters_path: str | None = None,
                name: str = DEFAULT_DRAFT) -> Checkpoint:
     """The built-in draft ``name``: kept target layers with its adapters merged in
-    (v1-v3), or a feature draft (f1, f2, :mod:`wmspec_jax.models.feature_draft`).
+    (v1-v3), or a feature draft (f1-f3, :mod:`wmspec_jax.models.feature_draft`).
 
-    Shares the target's tokenizer, embedding and LM head (v2, v3, f1, f2: the head's rows
+    Shares the target's tokenizer, embedding and LM head (v2, v3, f1-f3: the head's rows
     of its kept tokens only); ``adapters_path`` overrides the shipped asset (e.g. a
     freshly distilled one, of either kind).
     """
