@@ -18,12 +18,17 @@ resumable and writing atomically:
   small regression of the draft's hidden state onto the target's
   (``--feature_loss``). Optional regularisers (off for f1 and f2):
   ``--weight_decay`` (AdamW, matrices only) and ``--feature_noise``
-  (uniform noise on the target's features, as EAGLE trains). Checkpoints
+  (uniform noise on the target's features, as EAGLE trains); optional
+  ``--third_pass`` (off for f1-f3): a third pass on the own features of the
+  second, as the third draft of a step reads them (EAGLE-3's training-time
+  test, one step deeper; ``docs/models.md`` measures it). Checkpoints
   every ``--save_every`` steps; writes ``--feature_out``.
 * ``eval``: held-out acceptance alpha = E[1 − TV(Q_T, P_T)] on the eval
   prompts (the same target samples as ``distill_draft --mode=eval``), for the
-  first draft (target features) and a later one (own features), split by
-  prompt kind, and the draft/target decode-time ratio; with
+  first draft of a step (target features), the second (own features) and the
+  third (own features of own features), a K = 3 tokens-per-step estimate
+  from them (:func:`tokens_per_step_k3`), split by prompt kind, and the
+  draft/target decode-time ratio; with
   ``--chunk_globs`` also alpha on sample chunks of the workdir (trained-on
   against unseen rounds: the generalisation gap).
 
@@ -112,6 +117,9 @@ flags.DEFINE_string("head_ids_from", "v3", "train: reduced head = the head ids o
                     "LoRA draft ('' = full head)")
 flags.DEFINE_float("feature_loss", 0.1, "train: weight of the hidden-state regression")
 flags.DEFINE_float("second_pass", 0.5, "train: weight of the own-feature pass")
+flags.DEFINE_float("third_pass", 0.0, "train: weight of a third pass, on the own features of the "
+                   "second (the third draft of a step: EAGLE-3's training-time test, one step deeper; "
+                   "off for f1-f3)")
 flags.DEFINE_list("chunk_globs", [], "eval: also measure alpha (teacher-forced, each chunk at its own "
                   "temperature) on these sample chunks of --workdir, e.g. a trained-on round against an "
                   "unseen one (the generalisation gap)")
@@ -151,12 +159,16 @@ def reduced_logits(params, h):
     return jnp.einsum("btd,vd->btv", h, params["embed"], preferred_element_type=jnp.float32)
 
 
-def two_passes(cfg, params, seq, features, in_continuation):
-    """Draft hidden states with the target's features (h1) and with its own features
-    of the previous position inside the continuation (h2)."""
-    h1 = draft_hidden(cfg, params, seq, previous(features))
-    own = jnp.where(in_continuation[..., None], previous(jax.lax.stop_gradient(h1)), previous(features))
-    return h1, draft_hidden(cfg, params, seq, own)
+def draft_passes(cfg, params, seq, features, in_continuation, passes=2):
+    """Draft hidden states [h1, ..., h_passes]: h1 with the target's features, and each later
+    h_j with the draft's own h_{j-1} of the previous position inside the continuation (the
+    j-th draft of a step, which runs before the target has seen the drafted tokens)."""
+    hs = [draft_hidden(cfg, params, seq, previous(features))]
+    for _ in range(passes - 1):
+        own = jnp.where(in_continuation[..., None], previous(jax.lax.stop_gradient(hs[-1])),
+                        previous(features))
+        hs.append(draft_hidden(cfg, params, seq, own))
+    return hs
 
 
 def feature_loss(trainable, target_params, cfg, head_ids, batch, noise_key):
@@ -168,14 +180,15 @@ def feature_loss(trainable, target_params, cfg, head_ids, batch, noise_key):
     noisy = feats
     if FLAGS.feature_noise:
         noisy = feats + FLAGS.feature_noise * jax.random.uniform(noise_key, feats.shape, minval=-1.0, maxval=1.0)
-    h1, h2 = two_passes(cfg, params, seq, noisy, in_cont)
+    hs = draft_passes(cfg, params, seq, noisy, in_cont, 3 if FLAGS.third_pass else 2)
     take = lambda h: jnp.take_along_axis(h, pred_pos[..., None], axis=1)  # noqa: E731
-    loss1, aux1 = dd.teacher_loss(reduced_logits(params, take(h1)), vals, idx, valid, cfg.vocab_size, head_ids)
-    loss2, aux2 = dd.teacher_loss(reduced_logits(params, take(h2)), vals, idx, valid, cfg.vocab_size, head_ids)
+    terms = [dd.teacher_loss(reduced_logits(params, take(h)), vals, idx, valid, cfg.vocab_size, head_ids)
+             for h in hs]
     mask = (pos < (lens[:, None] + pred_pos.shape[1])).astype(jnp.float32)
-    reg = (optax.huber_loss(h1, feats).mean(-1) * mask).sum() / mask.sum()
-    loss = loss1 + FLAGS.second_pass * loss2 + FLAGS.feature_loss * reg
-    return loss, {"alpha07": aux1["alpha07"], "alpha07_own": aux2["alpha07"], "reg": reg}
+    reg = (optax.huber_loss(hs[0], feats).mean(-1) * mask).sum() / mask.sum()
+    weights = (1.0, FLAGS.second_pass, FLAGS.third_pass)
+    loss = sum(w * t[0] for w, t in zip(weights, terms)) + FLAGS.feature_loss * reg
+    return loss, {"alpha07": terms[0][1]["alpha07"], "alpha07_own": terms[1][1]["alpha07"], "reg": reg}
 
 
 def feature_path(chunk_path):
@@ -273,8 +286,9 @@ def stage_train():
 
 
 def feature_acceptance(target, fdraft, data, temperature, batch=16):
-    """Per valid position: [alpha with target features, alpha with own features, target mass
-    on the draft's support] at temperature T, teacher-forced on target samples."""
+    """Per valid position: [alpha of the first, second and third draft of a step (target features,
+    own features, own features of own features), target mass on the draft's support,
+    :func:`tokens_per_step_k3`] at temperature T, teacher-forced on target samples."""
     seq, pred_pos = dd.full_sequences(data)
 
     @jax.jit
@@ -284,7 +298,7 @@ def feature_acceptance(target, fdraft, data, temperature, batch=16):
         p = jax.nn.softmax(transformer.lm_logits(target.config, tp, take(h)) / temperature)
         in_cont = jnp.arange(seq.shape[1])[None] >= lens[:, None]
         out = []
-        for hd in two_passes(fdraft.config, dp, seq, h.astype(jnp.float32), in_cont):
+        for hd in draft_passes(fdraft.config, dp, seq, h.astype(jnp.float32), in_cont, passes=3):
             lq = feature_draft.head_logits(fdraft.config, dp, take(hd)) / temperature
             out.append(jnp.minimum(p, jax.nn.softmax(lq)).sum(-1))
         # the target's mass on the tokens the draft can propose (the same support in both passes)
@@ -298,7 +312,21 @@ def feature_acceptance(target, fdraft, data, temperature, batch=16):
         if pad:
             s, pp, ln = (np.concatenate([x, np.repeat(x[-1:], pad, 0)]) for x in (s, pp, ln))
         out.append(np.asarray(rows(target.params, fdraft.params, s, pp, ln))[:batch - pad])
-    return np.concatenate(out)[data["valid"]]
+    out = np.concatenate(out)
+    return np.concatenate([out, tokens_per_step_k3(out, data["valid"])[..., None]], -1)[data["valid"]]
+
+
+def tokens_per_step_k3(alphas, valid):
+    """float[N, new]: 1 + a1(t) + a1(t) a2(t+1) + a1(t) a2(t+1) a3(t+2) for a step whose first draft
+    stands at t, with a_j(s) the j-th draft's alpha at position s (0 past the text's end).
+
+    A model of the loop's tokens per step at K = 3 that treats the drafts' acceptances as
+    independent given the (teacher-forced) text; an estimate, not the loop's AATPS."""
+    a = np.where(valid[..., None], alphas[..., :3], 0.0)
+    nxt = lambda x: np.pad(x[:, 1:], ((0, 0), (0, 1)))  # noqa: E731
+    c2 = a[..., 0] * nxt(a[..., 1])
+    c3 = a[..., 0] * nxt(a[..., 1] * nxt(a[..., 2]))
+    return 1.0 + a[..., 0] + c2 + c3
 
 
 def chunk_temperature(path) -> float:
@@ -322,8 +350,9 @@ def stage_eval():
         scores = feature_acceptance(target, fdraft, chunk, t)
         is_chat = np.broadcast_to((chunk["prompts"][:, 0] == target.config.bos_token_id)[:, None],
                                   chunk["valid"].shape)[chunk["valid"]]
-        entry = {"positions": int(len(scores)), "target_mass_on_draft_support": float(scores[:, 2].mean())}
-        for j, key in enumerate(("alpha", "alpha_own_features")):
+        entry = {"positions": int(len(scores)), "target_mass_on_draft_support": float(scores[:, 3].mean())}
+        for j, key in zip((0, 1, 2, 4), ("alpha", "alpha_own_features", "alpha_third_draft",
+                                         "tokens_per_step_k3_estimate")):
             a = scores[:, j]
             entry[key] = float(a.mean())
             entry[key + "_se"] = float(a.std() / np.sqrt(len(a)))
@@ -339,7 +368,8 @@ def stage_eval():
                                  for p in paths])
         entry = {"chunks": len(paths), "positions": int(len(scores)),
                  "alpha": float(scores[:, 0].mean()), "alpha_se": float(scores[:, 0].std() / np.sqrt(len(scores))),
-                 "alpha_own_features": float(scores[:, 1].mean())}
+                 "alpha_own_features": float(scores[:, 1].mean()),
+                 "alpha_third_draft": float(scores[:, 2].mean()), "tokens_per_step_k3_estimate": float(scores[:, 4].mean())}
         report.setdefault("chunks", {})[pattern] = entry
         log(f"{pattern}: {json.dumps(entry)}")
     for b in map(int, FLAGS.timing_batches):
