@@ -301,7 +301,7 @@ def feature_acceptance(target, fdraft, data, temperature, batch=16):
         for hd in draft_passes(fdraft.config, dp, seq, h.astype(jnp.float32), in_cont, passes=3):
             lq = feature_draft.head_logits(fdraft.config, dp, take(hd)) / temperature
             out.append(jnp.minimum(p, jax.nn.softmax(lq)).sum(-1))
-        # the target's mass on the tokens the draft can propose (the same support in both passes)
+        # the target's mass on the tokens the draft can propose (the same support in every pass)
         out.append(jnp.where(jnp.isfinite(lq), p, 0.0).sum(-1))
         return jnp.stack(out, -1)
 
