@@ -120,6 +120,7 @@ def main(argv):
             a = aatps[(t, k)]
             half = 1.96 * a.std(ddof=1) / np.sqrt(a.size)
             row = {"temperature": t, "lookahead": k, "aatps": float(a.mean()), "aatps_ci95": float(half),
+                   "aatps_per_row": a.tolist(),  # same prompts, keys and seeds per row: drafts pair up
                    "ms_per_token": 1e3 * float(np.median(per_token)),
                    "plain_ms_per_token": 1e3 * float(np.median(plain)),
                    "ratio_to_plain": float(np.median(ratio)),

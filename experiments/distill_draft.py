@@ -167,6 +167,10 @@ flags.DEFINE_integer("self_chat_tries", 1024, "sample --prompt_source=self_chat:
                      "writes (rounded up to --sample_batch); those ending within --question_tokens with "
                      ">= 3 words are kept")
 flags.DEFINE_integer("question_tokens", 48, "sample --prompt_source=self_chat: longest question")
+flags.DEFINE_integer("self_chat_examples", 0, "sample --prompt_source=self_chat: the target writes each "
+                     "user turn after a conversation of this many train-split question/answer pairs "
+                     "(drawn afresh per row), so its questions take the corpus's style; 0 (f1-f3's data): "
+                     "after the bare user header")
 flags.DEFINE_integer("steps", 300, "train: optimiser steps")
 flags.DEFINE_integer("batch", 8, "train: sequences per step")
 flags.DEFINE_float("lr", 2e-3, "train: peak learning rate")
@@ -263,7 +267,8 @@ def mode_sample():
     target = builtin.load_target()
     lm = target.language_model()
     if FLAGS.prompt_source == "self_chat":
-        prompts, tag = self_chat_prompts(target, lm), "train-selfchat"
+        prompts = self_chat_prompts(target, lm)
+        tag = "train-fewshot" if FLAGS.self_chat_examples else "train-selfchat"
     else:
         prompts, tag = prompt_ids("train", FLAGS.prompt_len), "train"
     log(f"{len(prompts)} {FLAGS.prompt_source} prompts")
@@ -277,18 +282,26 @@ def self_chat_prompts(target, lm) -> list[np.ndarray]:
     """Chat prompts whose user turn the target wrote itself (T = 1 after the template's
     "user" header; --self_chat_tries turns, kept when one ends within --question_tokens and
     has at least 3 words); the questions are saved
-    to (and, on a re-run, read back from) ``<workdir>/self_chat_questions_s<seed>.json``."""
-    path = os.path.join(FLAGS.workdir, f"self_chat_questions_s{FLAGS.seed}.json")
+    to (and, on a re-run, read back from) ``<workdir>/self_chat_questions_s<seed>[_x<N>].json``.
+
+    With ``--self_chat_examples=N`` each turn follows N question/answer pairs of the
+    built-in *train* split as earlier turns of the same conversation (a new random draw
+    per row): the eval split's questions are never shown, but the target's questions
+    then look like the corpus's (short trivia and chit-chat) rather than what it writes
+    unprompted."""
+    n_examples = FLAGS.self_chat_examples
+    suffix = f"_x{n_examples}" if n_examples else ""
+    path = os.path.join(FLAGS.workdir, f"self_chat_questions_s{FLAGS.seed}{suffix}.json")
     if not os.path.exists(path):
-        marker = "@@QUESTION@@"
-        text = builtin.chat_prompt(marker)
-        prefix = np.asarray(target.tokenizer.encode(text[:text.index(marker)], add_special_tokens=False))
         eos = target.config.eos_token_id
-        sampler = make_sampler(lm, FLAGS.question_tokens, 1, eos)
         b = FLAGS.sample_batch
-        toks, lens = pad_prompts([prefix] * b, len(prefix))
+        tries = -(-FLAGS.self_chat_tries // b) * b
+        headers = self_chat_headers(target.tokenizer, n_examples, tries, FLAGS.seed)
+        width = max(len(h) for h in headers)
+        sampler = make_sampler(lm, FLAGS.question_tokens, 1, eos)
         questions = []
-        for c in range((FLAGS.self_chat_tries + b - 1) // b):
+        for c in range(tries // b):
+            toks, lens = pad_prompts(headers[c * b:(c + 1) * b], width)
             cont, _, _, valid = map(np.asarray, sampler(
                 target.params, jnp.asarray(toks), jnp.asarray(lens),
                 jax.random.PRNGKey(FLAGS.seed * 7919 + c), jnp.float32(1.0)))
@@ -302,8 +315,50 @@ def self_chat_prompts(target, lm) -> list[np.ndarray]:
         results.atomic_write_json(path, questions)
     with open(path) as f:
         questions = json.load(f)
-    out = [np.asarray(builtin.encode_chat(q)) for q in questions]
+    held_out = {question_key(q) for q in data.builtin_questions("eval").prompts}
+    leaked = [q for q in questions if question_key(q) in held_out]
+    if leaked:  # the target can write an eval question verbatim ("What is pi?"): never train on it
+        log(f"dropped {len(leaked)} self-written questions equal to eval-split ones: {leaked[:5]}")
+    out = [np.asarray(builtin.encode_chat(q)) for q in questions if question_key(q) not in held_out]
     return [p for p in out if len(p) <= FLAGS.prompt_len]
+
+
+def eval_prompt_rows(chunks) -> np.ndarray:
+    """bool[N]: rows of sample chunks whose prompt is an eval-split prompt (train on none of them:
+    a self-written question can equal an eval question, and chunks written before
+    :func:`self_chat_prompts` dropped such questions hold them)."""
+    held_out = {tuple(p.tolist()) for p in prompt_ids("eval", FLAGS.prompt_len)}
+    return np.asarray([tuple(row[:n].tolist()) in held_out
+                       for row, n in zip(chunks["prompts"], chunks["lens"])], bool)
+
+
+def question_key(question: str) -> str:
+    """A question up to case, spacing and end punctuation."""
+    return " ".join(question.lower().split()).rstrip("?.! ")
+
+
+def self_chat_headers(tokenizer, n_examples: int, tries: int, seed: int) -> list[np.ndarray]:
+    """Token ids ending in the chat template's user header, one per try: the bare header,
+    or a conversation of ``n_examples`` short train-split question/answer turns before it."""
+    marker = "@@QUESTION@@"
+    if n_examples == 0:
+        text = builtin.chat_prompt(marker)
+        return [np.asarray(tokenizer.encode(text[:text.index(marker)], add_special_tokens=False))] * tries
+    # Pairs of at most 48 tokens (~90 % of them; the longest answers run to 280): the
+    # prefill then costs what the conversation holds, not the longest pair's width.
+    pairs = [(e.prompt, e.human) for e in data.builtin_questions("train").examples
+             if e.human and len(tokenizer.encode(e.prompt + " " + e.human, add_special_tokens=False)) <= 48]
+    rng = np.random.default_rng(seed)
+    headers = []
+    for _ in range(tries):
+        messages = []
+        for i in rng.choice(len(pairs), n_examples, replace=False):
+            messages += [{"role": "user", "content": pairs[i][0]},
+                         {"role": "assistant", "content": pairs[i][1]}]
+        messages.append({"role": "user", "content": marker})
+        text = tokenizer.apply_chat_template(messages, tokenize=False)
+        headers.append(np.asarray(tokenizer.encode(text[:text.index(marker)], add_special_tokens=False)))
+    return headers
 
 
 # ----------------------------------------------------------------------------- training

@@ -123,6 +123,9 @@ flags.DEFINE_float("third_pass", 0.0, "train: weight of a third pass, on the own
 flags.DEFINE_list("chunk_globs", [], "eval: also measure alpha (teacher-forced, each chunk at its own "
                   "temperature) on these sample chunks of --workdir, e.g. a trained-on round against an "
                   "unseen one (the generalisation gap)")
+flags.DEFINE_string("feature_init", "", "train: start from this feature draft file's weights (e.g. the "
+                    "f3 asset, whose training state is not shipped) with a fresh optimiser, instead of "
+                    "the target's last layer; its head ids must equal --head_ids_from's")
 flags.DEFINE_float("weight_decay", 0.0, "train: AdamW decay of fc and the layer's matrices (not norms)")
 flags.DEFINE_float("feature_noise", 0.0, "train: half-width of uniform noise added to the target's "
                    "features in the first pass (EAGLE's augmentation; the features' RMS is ~2)")
@@ -231,6 +234,10 @@ def stage_train():
         raise SystemExit("no chunk has features yet: run --stage=features first")
     data = dd.load_chunks(paths)
     feats = np.concatenate([np.load(feature_path(p)) for p in paths])
+    keep = ~dd.eval_prompt_rows(data)
+    if not keep.all():
+        log(f"dropped {int((~keep).sum())} sequences whose prompt is an eval-split prompt")
+        data, feats = {k: v[keep] for k, v in data.items()}, feats[keep]
     seq, pred_pos = dd.full_sequences(data)
     n = len(seq)
     log(f"{n} sequences with features from {len(paths)} chunks")
@@ -240,6 +247,12 @@ def stage_train():
     warmup = min(30, FLAGS.steps // 10)
     sched = optax.warmup_cosine_decay_schedule(0.0, FLAGS.lr, warmup, FLAGS.steps, FLAGS.lr * 0.05)
     trainable = feature_draft.init_trainable(target.params, target.config, jax.random.PRNGKey(FLAGS.seed))
+    if FLAGS.feature_init:
+        trainable, init_ids, _ = feature_draft.load(FLAGS.feature_init)
+        if (init_ids is None) != (ids is None) or (ids is not None and not np.array_equal(init_ids, ids)):
+            raise SystemExit(f"--feature_init={FLAGS.feature_init} has other head ids than "
+                             f"--head_ids_from={FLAGS.head_ids_from!r}")
+        log(f"weights from {FLAGS.feature_init}")
     decay_mask = {"fc": True, "final_norm": False,
                   "layers": {k: "norm" not in k for k in trainable["layers"]}}
     opt = optax.chain(optax.clip_by_global_norm(1.0),
