@@ -70,6 +70,31 @@ and feature noise. Commands (2-core CPU, from the repository root;
   python experiments/distill_feature_draft.py --stage=eval --workdir=$W --timing_batches=1 \
       --feature_draft=wmspec_jax/assets/smollm2_feature_draft_f3.npz --eval_json=$W/eval_f3.json
 
+Questions in the corpus's style (issue 15; a negative result, not shipped:
+``docs/models.md``, "Questions in the corpus's style"). The target writes each
+question after two short train-split question/answer turns
+(``--self_chat_examples=2``), and f3's weights are fine-tuned on the answers
+alone (f3's own training data was not kept)::
+
+  W=/tmp/wmspec_f4
+  python experiments/distill_draft.py --mode=sample --prompt_source=self_chat \
+      --self_chat_examples=2 --seed=3 --self_chat_tries=1280 --sample_batch=64 --repeats=1 \
+      --temperatures=0.7 --workdir=$W   # stopped by hand after 12 of 19 answer chunks
+  python experiments/distill_feature_draft.py --stage=features --workdir=$W
+  python experiments/distill_feature_draft.py --stage=train --workdir=$W \
+      --feature_init=wmspec_jax/assets/smollm2_feature_draft_f3.npz --steps=400 --lr=7e-4 \
+      --save_every=50 --weight_decay=0.05 --feature_noise=0.2 --feature_out=$W/f4.npz
+      # stopped after step 200, then the same command with --steps=300 (resumes at 200)
+  python experiments/distill_feature_draft.py --stage=eval --workdir=$W \
+      --feature_draft=$W/f4.npz --temperatures=0.7 --timing_batches= --eval_json=$W/eval_f4.json
+
+CPU time (a slower 2-core CPU than the sessions above: features 46 s per
+64-row chunk against ~14 s there): the 1280 questions 35 min (~84 s per 64
+tries alone: the two turns make each prefix ~5x the bare header's; the last 17
+min shared the CPU with a loop benchmark), 12 answer chunks 26 min (~110 s
+each alone), features 9 min, 300 steps ~2.8 s a step alone (5-7 s while the
+test suite shared the CPU).
+
 Each resumed run rebuilds the cosine schedule for its own ``--steps`` (a warm
 restart at a lower rate). CPU time: features 7 s per 32-row chunk (the first
 48 chunks were written by a prototype of ``--stage=features``, the same
