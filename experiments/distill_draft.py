@@ -323,13 +323,18 @@ def self_chat_prompts(target, lm) -> list[np.ndarray]:
     return [p for p in out if len(p) <= FLAGS.prompt_len]
 
 
-def eval_prompt_rows(chunks) -> np.ndarray:
-    """bool[N]: rows of sample chunks whose prompt is an eval-split prompt (train on none of them:
-    a self-written question can equal an eval question, and chunks written before
-    :func:`self_chat_prompts` dropped such questions hold them)."""
+def load_train_chunks(paths) -> tuple[dict, np.ndarray]:
+    """(chunks without the rows whose prompt is an eval-split prompt, bool[N] rows kept): what
+    both trainers train on. A self-written question can equal an eval question, and chunks
+    written before :func:`self_chat_prompts` dropped such questions hold them."""
+    chunks = load_chunks(paths)
     held_out = {tuple(p.tolist()) for p in prompt_ids("eval", FLAGS.prompt_len)}
-    return np.asarray([tuple(row[:n].tolist()) in held_out
+    keep = np.asarray([tuple(row[:n].tolist()) not in held_out
                        for row, n in zip(chunks["prompts"], chunks["lens"])], bool)
+    if not keep.all():
+        log(f"dropped {int((~keep).sum())} sequences whose prompt is an eval-split prompt")
+        chunks = {k: v[keep] for k, v in chunks.items()}
+    return chunks, keep
 
 
 def question_key(question: str) -> str:
@@ -568,7 +573,7 @@ def mode_train():
     paths = sorted(glob.glob(os.path.join(FLAGS.workdir, TRAIN_GLOB)))
     if not paths:
         raise SystemExit(f"no samples in {FLAGS.workdir}: run --mode=sample first")
-    data = load_chunks(paths)
+    data, _ = load_train_chunks(paths)
     seq, pred_pos = full_sequences(data)
     n = len(seq)
     log(f"{n} sequences, {int(data['valid'].sum())} target tokens from {len(paths)} chunks")
@@ -604,7 +609,7 @@ def mode_train():
             new_paths = sorted(glob.glob(os.path.join(FLAGS.workdir, TRAIN_GLOB)))
             if len(new_paths) > len(paths):
                 paths = new_paths
-                data = load_chunks(paths)
+                data, _ = load_train_chunks(paths)
                 seq, pred_pos = full_sequences(data)
                 n = len(seq)
                 log(f"now {n} sequences from {len(paths)} chunks")

@@ -257,12 +257,8 @@ def stage_train():
              if os.path.exists(feature_path(p))]
     if not paths:
         raise SystemExit("no chunk has features yet: run --stage=features first")
-    data = dd.load_chunks(paths)
-    feats = np.concatenate([np.load(feature_path(p)) for p in paths])
-    keep = ~dd.eval_prompt_rows(data)
-    if not keep.all():
-        log(f"dropped {int((~keep).sum())} sequences whose prompt is an eval-split prompt")
-        data, feats = {k: v[keep] for k, v in data.items()}, feats[keep]
+    data, keep = dd.load_train_chunks(paths)
+    feats = np.concatenate([np.load(feature_path(p)) for p in paths])[keep]
     seq, pred_pos = dd.full_sequences(data)
     n = len(seq)
     log(f"{n} sequences with features from {len(paths)} chunks")
