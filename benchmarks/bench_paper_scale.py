@@ -21,7 +21,16 @@ or — on a CPU or an unknown device — a measured streaming-read bandwidth).
 
 Random weights give near-uniform distributions, so acceptance (tokens per
 step) says nothing about real pairs; the per-step time is the measurement.
-Writes ``--output`` (JSON) atomically.
+
+``--hf_baseline`` (default ``auto``: when torch and a CUDA device are there)
+also times Hugging Face ``transformers``' ``generate`` on a random model of
+the same target shape, dtype, batch, prompt and number of new tokens, with
+its static cache (compiled by ``transformers`` on CUDA;
+``benchmarks/hf_baseline.py``), in the same interleaved rounds, and prints our
+plain decoding's per-token time over it. Give JAX room for both models:
+``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (``benchmarks/accelerator_check.sh``
+sets it). Writes ``--output`` (JSON) atomically: per method the rounds' times,
+median ms per token and per step, the floor, compile seconds.
 """
 
 import os
@@ -37,6 +46,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+import hf_baseline  # noqa: E402
 import shapes  # noqa: E402
 from wmspec_jax import decoders, methods, prf, results, speculative  # noqa: E402
 
@@ -53,6 +63,10 @@ flags.DEFINE_integer("max_new_tokens", 64, "generated tokens per row")
 flags.DEFINE_float("temperature", 1.0, "temperature")
 flags.DEFINE_integer("repeats", 3, "interleaved timing rounds (median)")
 flags.DEFINE_float("bandwidth_gbs", None, "memory bandwidth in GB/s for the floor (default: device table or measured)")
+flags.DEFINE_enum("hf_baseline", "auto", ["auto", "on", "off"],
+                  "time transformers' generate with its static cache on the same target shape (auto: when torch "
+                  "and a CUDA device are there; on: also on a CPU)")
+flags.DEFINE_bool("hf_eager", False, "with the baseline, also time transformers' default (dynamic) cache")
 flags.DEFINE_string("output", "results/bench_paper_scale.json", "JSON output")
 FLAGS = flags.FLAGS
 
@@ -99,10 +113,15 @@ def main(argv):
     print(f"device {jax.devices()[0].device_kind}, bandwidth {gbs:.0f} GB/s ({source}), shapes / {reduce}, "
           f"{FLAGS.dtype}", flush=True)
     dec = decoders.WatermarkDecoder(FLAGS.decoder, 30)
+    hf_ok, hf_why = hf_baseline.available(require_gpu=FLAGS.hf_baseline == "auto")
+    use_hf = FLAGS.hf_baseline != "off" and hf_ok
+    if FLAGS.hf_baseline == "on" and not hf_ok:
+        raise SystemExit(f"--hf_baseline=on: {hf_why}")
     b = FLAGS.batch_size
     out = {"device": jax.devices()[0].device_kind, "bandwidth_gbs": gbs, "bandwidth_source": source,
            "reduce": reduce, "dtype": FLAGS.dtype, "decoder": dec.label, "top_k": FLAGS.top_k or None,
-           "batch_size": b, "max_new_tokens": FLAGS.max_new_tokens, "rows": []}
+           "batch_size": b, "max_new_tokens": FLAGS.max_new_tokens, "rows": [],
+           "hf_baseline": None if use_hf else f"not run: {hf_why or '--hf_baseline=off'}"}
     for pair_name in FLAGS.pairs:
         pair = shapes.paper_pair(pair_name, reduce, dtype)
         tbytes, dbytes = shapes.param_bytes(pair.target_params), shapes.param_bytes(pair.draft_params)
@@ -112,7 +131,7 @@ def main(argv):
         lengths = np.full(b, FLAGS.prompt_length, np.int32)
         keys = prf.stream_keys([f"paper-scale-{i}" for i in range(b)])
         rngs = jax.random.split(jax.random.key(0), b)
-        calls = {}
+        calls, compile_s = {}, {}
         for method in FLAGS.methods:
             spec = methods.METHODS[method]
             for k in (map(int, FLAGS.lookaheads) if spec.speculative else [0]):
@@ -123,9 +142,13 @@ def main(argv):
                 args = (pair.target, pair.target_params, prompts, lengths, keys, rngs, cfg)
                 t0 = time.perf_counter()
                 speculative.precompile(*args, **extra)
-                print(f"  compiled {method} K={k} in {time.perf_counter() - t0:.1f} s", flush=True)
+                compile_s[(method, k)] = time.perf_counter() - t0
+                print(f"  compiled {method} K={k} in {compile_s[(method, k)]:.1f} s", flush=True)
                 calls[(method, k)] = (args, extra)
-        times = {c: [] for c in calls}
+        hf_calls = {}
+        if use_hf and pair.target_config.family in ("llama", "gemma"):
+            hf_calls = hf_calls_for(pair.target_config, prompts.shape, compile_s)
+        times = {c: [] for c in list(calls) + list(hf_calls)}
         counts = {}
         for r in range(FLAGS.repeats):
             for c, (args, extra) in calls.items():
@@ -135,6 +158,10 @@ def main(argv):
                 times[c].append(time.perf_counter() - t0)
                 counts[c] = (int(np.sum(np.asarray(res.lengths - res.prompt_lengths))),
                              int(np.max(np.asarray(res.num_steps))))
+            for c, call in hf_calls.items():
+                seconds, tokens = hf_baseline.time_once(call)
+                times[c].append(seconds)
+                counts[c] = (tokens, FLAGS.max_new_tokens)
             print(f"  round {r + 1}/{FLAGS.repeats}", flush=True)
         context = FLAGS.prompt_length + FLAGS.max_new_tokens // 2
         print(f"  {'method':13s} {'K':>2s} {'ms/token':>9s} {'ms/step':>9s} {'floor ms':>9s} {'/floor':>7s} "
@@ -142,6 +169,12 @@ def main(argv):
         for (method, k), t in times.items():
             tokens, steps = counts[(method, k)]
             med = float(np.median(t))
+            if method.startswith("transformers"):
+                row = {"pair": pair_name, "method": method, "lookahead": 0, "seconds": t, "tokens": tokens,
+                       "ms_per_token": 1e3 * med / tokens, "first_call_s": compile_s[(method, k)]}
+                out["rows"].append(row)
+                print(f"  {method:13s}  - {row['ms_per_token']:9.3f}", flush=True)
+                continue
             kv = kv_bytes(pair.target_config, b, context, dtype.itemsize)
             floor_bytes = tbytes + kv + (k * (dbytes + kv_bytes(pair.draft_config, b, context, dtype.itemsize))
                                          if k else 0)
@@ -149,12 +182,40 @@ def main(argv):
             row = {"pair": pair_name, "method": method, "lookahead": k, "seconds": t, "tokens": tokens,
                    "loop_steps": steps, "ms_per_token": 1e3 * med / tokens, "ms_per_step": 1e3 * med / steps,
                    "floor_bytes_per_step": floor_bytes, "floor_ms_per_step": floor_ms,
-                   "step_over_floor": 1e3 * med / steps / floor_ms, "tokens_per_step": tokens / (steps * b)}
+                   "step_over_floor": 1e3 * med / steps / floor_ms, "tokens_per_step": tokens / (steps * b),
+                   "compile_s": compile_s[(method, k)]}
             out["rows"].append(row)
             print(f"  {method:13s} {k:2d} {row['ms_per_token']:9.3f} {row['ms_per_step']:9.3f} {floor_ms:9.3f} "
                   f"{row['step_over_floor']:7.2f} {row['tokens_per_step']:8.2f}", flush=True)
+        if ("plain", 0) in times:
+            for c in hf_calls:
+                ours = np.asarray(times[("plain", 0)]) / counts[("plain", 0)][0]
+                theirs = np.asarray(times[c]) / counts[c][0]
+                speedup = theirs / ours  # within each round: both ran back to back
+                out.setdefault("speedup_over_transformers", {})[f"{pair_name}/{c[0]}"] = [
+                    float(np.median(speedup)), float(speedup.min()), float(speedup.max())]
+                print(f"  plain decoding is {np.median(speedup):.2f}x faster per token than {c[0]} "
+                      f"(rounds: {speedup.min():.2f}-{speedup.max():.2f})", flush=True)
         results.atomic_write_json(FLAGS.output, out)
     print(f"wrote {FLAGS.output}")
+
+
+def hf_calls_for(target_config, prompt_shape, compile_s: dict) -> dict:
+    """{(name, 0): call} of transformers' generate on the target's shape (warmed up: the first
+    call compiles, its time goes to ``compile_s``)."""
+    batch, prompt_length = prompt_shape
+    model = hf_baseline.torch_model(target_config, FLAGS.dtype)
+    calls = {}
+    for name, static in (("transformers_static", True), ("transformers_eager", False)):
+        if not static and not FLAGS.hf_eager:
+            continue
+        call = hf_baseline.generate_call(model, batch, prompt_length, FLAGS.max_new_tokens, static_cache=static)
+        seconds, _ = hf_baseline.time_once(call)  # compiles (static cache on CUDA) and warms up
+        hf_baseline.time_once(call)
+        compile_s[(name, 0)] = seconds
+        print(f"  {name}: first call {seconds:.1f} s", flush=True)
+        calls[(name, 0)] = call
+    return calls
 
 
 if __name__ == "__main__":

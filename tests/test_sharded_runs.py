@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent(
         out[spec or "one"] = {
             "tokens": [r["tokens"] for r in recs], "source": [r["source"] for r in recs],
             "logppl": [r["logppl"] for r in recs],
-            "wq": list(pair.target_params["layers"]["wq"].sharding.spec) if mesh else None,
+            "wq": list(pair.target_params["layers"][0]["wq"].sharding.spec) if mesh else None,
             "files": sorted(os.listdir(d)),
         }
     print(json.dumps(out))

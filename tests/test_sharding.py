@@ -58,18 +58,22 @@ def test_mesh_spec_resolution():
 
 def test_megatron_layout_and_its_fallback_for_indivisible_heads():
     on4 = partitioning.param_partition_specs(QWEN7B, 4)
-    assert on4["layers"]["wq"] == P(None, None, "model") and on4["layers"]["bq"] == P(None, "model")
-    assert on4["layers"]["wk"] == P(None, None, "model")  # 4 kv heads / 4
-    assert on4["layers"]["wo"] == P(None, "model", None)
-    assert on4["layers"]["w_down"] == P(None, "model", None)
+    assert len(on4["layers"]) == QWEN7B.num_layers
+    assert all(layer == on4["layers"][0] for layer in on4["layers"])  # every layer alike
+    layer4 = on4["layers"][0]
+    assert layer4["wq"] == P(None, "model") and layer4["bq"] == P("model")
+    assert layer4["wk"] == P(None, "model")  # 4 kv heads / 4
+    assert layer4["wo"] == P("model", None)
+    assert layer4["w_down"] == P("model", None)
     assert on4["embed"] == P("model", None) and on4["lm_head"] == P(None, "model")
-    assert on4["layers"]["attn_norm"] == P(None, None) and on4["final_norm"] == P()
-    on8 = partitioning.param_partition_specs(QWEN7B, 8)
+    assert layer4["attn_norm"] == P(None) and on4["final_norm"] == P()
+    layer8 = partitioning.param_partition_specs(QWEN7B, 8)["layers"][0]
     # 28 query heads and 4 kv heads do not split 8 ways: replicated; the MLP still splits.
-    assert on8["layers"]["wq"] == P(None, None, None) and on8["layers"]["wk"] == P(None, None, None)
-    assert on8["layers"]["w_up"] == P(None, None, "model")
-    assert partitioning.cache_partition_specs(QWEN7B, 4).k == P(None, "data", None, "model", None)
-    assert partitioning.cache_partition_specs(QWEN7B, 8).k == P(None, "data", None, None, None)
+    assert layer8["wq"] == P(None, None) and layer8["wk"] == P(None, None)
+    assert layer8["w_up"] == P(None, "model")
+    cache4 = partitioning.cache_partition_specs(QWEN7B, 4)
+    assert len(cache4.k) == QWEN7B.num_layers and cache4.k[0] == P("data", None, "model", None)
+    assert partitioning.cache_partition_specs(QWEN7B, 8).k[0] == P("data", None, None, None)
 
 
 def test_maybe_initialize_distributed_only_for_multi_process_launches():
@@ -155,9 +159,9 @@ SCRIPT = textwrap.dedent(
         logits, cache = jax.jit(t.step)(p, t.init_cache(8, 8), ids, jnp.full((8,), 5, jnp.int32))
         out["logits"] = np.asarray(logits)
         if mesh is not None:
-            out["wq_shard"] = list(p["layers"]["wq"].addressable_shards[0].data.shape)
-            out["wk_spec"] = list(p["layers"]["wk"].sharding.spec)
-            out["cache_spec"] = list(cache.k.sharding.spec)
+            out["wq_shard"] = list(p["layers"][0]["wq"].addressable_shards[0].data.shape)
+            out["wk_spec"] = list(p["layers"][0]["wk"].sharding.spec)
+            out["cache_spec"] = list(cache.k[0].sharding.spec)
             per_device = sharding.per_device_bytes(p)
             out["param_bytes"] = [min(per_device.values()), max(per_device.values())]
         return out
@@ -185,7 +189,7 @@ SCRIPT = textwrap.dedent(
                "lm_head.weight": np.ascontiguousarray(lp["lm_head"].T)}
     for name, (key, transpose) in hf.layer_tensor_map(lcfg).items():
         for i in range(lcfg.num_layers):
-            w = lp["layers"][key][i]
+            w = lp["layers"][i][key]
             tensors[f"model.layers.{i}.{name}"] = np.ascontiguousarray(w.T if transpose else w)
     path = tempfile.mkdtemp()
     save_file(tensors, os.path.join(path, "model.safetensors"))
@@ -196,8 +200,8 @@ SCRIPT = textwrap.dedent(
     ck = hf.load_checkpoint(path, tokenizer=False, mesh=mesh)
     same = jax.tree_util.tree_all(jax.tree_util.tree_map(
         lambda a, b: bool(np.array_equal(np.asarray(a), b)), ck.params, lp))
-    report["loaded"] = {"same": same, "w_up": list(ck.params["layers"]["w_up"].sharding.spec),
-                        "w_up_shard": list(ck.params["layers"]["w_up"].addressable_shards[0].data.shape)}
+    report["loaded"] = {"same": same, "w_up": list(ck.params["layers"][0]["w_up"].sharding.spec),
+                        "w_up_shard": list(ck.params["layers"][0]["w_up"].addressable_shards[0].data.shape)}
     print(json.dumps(report))
     """
 )
@@ -225,13 +229,13 @@ def test_meshes_give_the_one_device_tokens(eight_device_report, spec):
 def test_weights_and_caches_are_really_sharded(eight_device_report):
     total = eight_device_report["total_param_bytes"]
     dp = eight_device_report["data=8,model=1"]
-    assert dp["wq_shard"] == [2, 64, 64] and dp["param_bytes"] == [total, total]  # replicated
+    assert dp["wq_shard"] == [64, 64] and dp["param_bytes"] == [total, total]  # replicated
     tp4 = eight_device_report["data=2,model=4"]
-    assert tp4["wq_shard"] == [2, 64, 16] and tp4["wk_spec"] == [None, None, "model"]
-    assert tp4["cache_spec"] == [None, "data", None, "model"]
+    assert tp4["wq_shard"] == [64, 16] and tp4["wk_spec"] == [None, "model"]
+    assert tp4["cache_spec"] == ["data", None, "model"]
     tp8 = eight_device_report["data=1,model=8"]
-    assert tp8["wq_shard"] == [2, 64, 8]
-    assert tp8["wk_spec"] == [None, None, None]  # 4 kv heads: replicated on 8
+    assert tp8["wq_shard"] == [64, 8]
+    assert tp8["wk_spec"] == [None, None]  # 4 kv heads: replicated on 8
     # Everything but the norms (and the replicated k/v projections on model=8) is split:
     # measured 0.256 (model=4) and 0.234 (model=8) of the total per device.
     assert tp8["param_bytes"][1] < tp4["param_bytes"][1] < 0.27 * total
@@ -240,4 +244,4 @@ def test_weights_and_caches_are_really_sharded(eight_device_report):
 
 def test_checkpoint_loads_straight_into_the_tensor_parallel_layout(eight_device_report):
     loaded = eight_device_report["loaded"]
-    assert loaded["same"] and loaded["w_up"] == [None, None, "model"] and loaded["w_up_shard"] == [2, 32, 12]
+    assert loaded["same"] and loaded["w_up"] == [None, "model"] and loaded["w_up_shard"] == [32, 12]

@@ -157,7 +157,7 @@ def test_adapters_roundtrip(tmp_path, pair):
     np.testing.assert_allclose(got["lora_b"]["wq"], adapters["lora_b"]["wq"], atol=1e-3)
     # Zero LoRA B = plain truncation; the merged draft uses exactly the kept layers.
     plain = draft.draft_params(target.params, layers, None)
-    np.testing.assert_array_equal(plain["layers"]["w_up"][1], target.params["layers"]["w_up"][2])
+    np.testing.assert_array_equal(plain["layers"][1]["w_up"], target.params["layers"][2]["w_up"])
     with pytest.raises(FileNotFoundError, match="does not exist"):
         draft.load_adapters(tmp_path / "missing.npz")
 

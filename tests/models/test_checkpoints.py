@@ -43,7 +43,7 @@ def write_checkpoint(path, cfg: TransformerConfig, seed=0, words=None, tokenizer
         tensors["lm_head.weight"] = np.ascontiguousarray(params["lm_head"].T)
     for key, hf_name in names.items():
         for i in range(cfg.num_layers):
-            w = params["layers"][key][i]
+            w = params["layers"][i][key]
             tensors[f"model.layers.{i}.{hf_name}.weight"] = np.ascontiguousarray(w.T if w.ndim == 2 else w)
     save_file(tensors, str(path / "model.safetensors"))
     (path / "config.json").write_text(json.dumps(hf_config(cfg, **config_over)))

@@ -47,11 +47,14 @@ def run_schedule(lm, params, seqs, chunks, capacity=32, seed=0):
     return [np.concatenate(o) for o in out]
 
 
+# 256: the 32-slot cache is attended in one pass; 5: block by block (7 blocks, the last one
+# shifted left to stay inside the cache), with the online softmax of attention.attend.
+@pytest.mark.parametrize("block", [256, 5])
 @pytest.mark.parametrize("name", sorted(TINY))
-def test_prefill_and_ragged_decode_match_transformers(tiny_checkpoints, name):
+def test_prefill_and_ragged_decode_match_transformers(tiny_checkpoints, name, block):
     model, path = tiny_checkpoints[name]
     ckpt = hf.load_checkpoint(path, tokenizer=False)
-    lm = ckpt.language_model()
+    lm = ckpt.language_model(attention_block=block)
     rng = np.random.default_rng(1)
     lens = [11, 7, 9]
     seqs = [rng.integers(0, lm.vocab_size, size=n) for n in lens]
@@ -88,7 +91,7 @@ def test_sharded_checkpoint_loads_identically(tmp_path):
 def test_bfloat16_params_stay_close(tiny_checkpoints):
     model, path = tiny_checkpoints["gemma_mqa"]
     ckpt = hf.load_checkpoint(path, dtype=jnp.bfloat16, tokenizer=False)
-    assert ckpt.params["layers"]["wq"].dtype == jnp.bfloat16
+    assert ckpt.params["layers"][0]["wq"].dtype == jnp.bfloat16
     ids = np.arange(12) * 5 % ckpt.config.vocab_size
     logits = run_schedule(ckpt.language_model(), ckpt.params, [ids], [(12,)])[0]
     assert logits.dtype == np.float32

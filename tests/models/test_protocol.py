@@ -30,15 +30,15 @@ def test_step_advances_lengths_by_num_new_and_leaves_idle_rows_untouched(model):
     assert np.isfinite(np.asarray(logits)).all()  # including the i >= num_new garbage
     np.testing.assert_array_equal(lm.cache_lengths(cache), [4, 2, 0])
     # Row 2 had num_new = 0: its cache is bit-for-bit untouched.
-    assert not np.asarray(cache.k[:, 2]).any() and not np.asarray(cache.v[:, 2]).any()
+    assert not np.asarray(jnp.stack(cache.k)[:, 2]).any() and not np.asarray(jnp.stack(cache.v)[:, 2]).any()
     # Row 1 wrote exactly slots 0 and 1.
-    written = np.abs(np.asarray(cache.k[:, 1])).sum(axis=(0, 2, 3)) > 0
+    written = np.abs(np.asarray(jnp.stack(cache.k)[:, 1])).sum(axis=(0, 2, 3)) > 0
     np.testing.assert_array_equal(np.flatnonzero(written), [0, 1])
 
     before = jax.tree_util.tree_map(np.asarray, cache)
     logits, cache = step(params, cache, tokens[:, :2], jnp.asarray([0, 1, 2], jnp.int32))
     np.testing.assert_array_equal(lm.cache_lengths(cache), [4, 3, 2])
-    np.testing.assert_array_equal(np.asarray(cache.k[:, 0]), before.k[:, 0])
+    np.testing.assert_array_equal(np.stack(cache.k)[:, 0], np.stack(before.k)[:, 0])
     assert np.isfinite(np.asarray(logits)).all()
 
 

@@ -15,6 +15,16 @@ the variants are switched by static config fields:
 The cache keeps every slot of a sliding layer (a departure in memory, not in
 results, from transformers' ring-buffer caches): rollback then stays a
 length-pointer move for every layer.
+
+**Cost follows the filled length.** A cache of at most ``block`` slots is
+attended in one masked pass. A longer one is read block by block
+(:func:`attend`): a ``fori_loop`` over the blocks from the first slot any
+query of the batch can see to the last position of the longest row, with an
+online softmax (FlashAttention's running maximum and sum, in float32). A
+decode step with 128 tokens in a 4096-slot cache so reads one 256-slot block
+per layer, not 4096 slots. Blocks past a row's own length, or before its
+window, add exact zeros to its sums (weight 0, running factor exactly 1), so
+a row's output does not depend on how long the other rows of its batch are.
 """
 
 from __future__ import annotations
@@ -26,6 +36,10 @@ from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.norms import rms_norm
 from wmspec_jax.models.rope import apply_rope
 
+# Slots per attention block: small enough that a short text in a long cache
+# reads little, large enough that a typical generation needs one or two blocks.
+DEFAULT_BLOCK = 256
+
 
 def _project(h, lp, name, bias, heads, head_dim):
     out = h @ lp[name]
@@ -34,22 +48,22 @@ def _project(h, lp, name, bias, heads, head_dim):
     return out.reshape(h.shape[0], h.shape[1], heads, head_dim)
 
 
-def attention(config: TransformerConfig, h: jax.Array, lp: dict, layer: jax.Array,
-              window: jax.Array, k_cache: jax.Array, v_cache: jax.Array,
-              positions: jax.Array, slots_out: jax.Array, inv_freq: jax.Array):
-    """One attention block; writes this call's keys / values into layer ``layer``.
+def attention(config: TransformerConfig, h: jax.Array, lp: dict, window: int,
+              k_cache: jax.Array, v_cache: jax.Array, positions: jax.Array,
+              slots_out: jax.Array, inv_freq: jax.Array, *, block: int = DEFAULT_BLOCK):
+    """One attention block; writes this call's keys / values into this layer's cache.
 
     Args:
       h: dtype[B, T, D] normed input.
       lp: this layer's params (``wq``, ``wk``, ``wv``, ``wo`` and the optional
         ``bq/bk/bv``, ``q_norm/k_norm``).
-      layer: int32 scalar, the layer index into the stacked cache.
-      window: int32 scalar, this layer's attention window (see
+      window: static int, this layer's attention window (see
         :meth:`TransformerConfig.attention_windows`).
-      k_cache, v_cache: dtype[L, B, S, Hkv, Dh].
+      k_cache, v_cache: dtype[B, S, Hkv, Dh], this layer's cache.
       positions: int32[B, T] RoPE positions of the queries.
       slots_out: int32[B, T] cache slots written; out-of-range slots are
         dropped by the scatter (how unwritten tokens are skipped).
+      block: static slots per attention block (:func:`attend`).
 
     Returns:
       (dtype[B, T, D] attention output after ``wo``, k_cache, v_cache).
@@ -77,20 +91,90 @@ def attention(config: TransformerConfig, h: jax.Array, lp: dict, layer: jax.Arra
     # new rows' keys under a data-parallel mesh, but made CPU decoding 5x
     # slower at batch 32; the all-gather moves only [B, T, Hkv, Dh] per layer.)
     rows = jnp.arange(b)[:, None]
-    k_cache = k_cache.at[layer, rows, slots_out].set(k.astype(k_cache.dtype), mode="drop")
-    v_cache = v_cache.at[layer, rows, slots_out].set(v.astype(v_cache.dtype), mode="drop")
-    keys, values = k_cache[layer], v_cache[layer]  # [B, S, Hkv, Dh]
+    k_cache = k_cache.at[rows, slots_out].set(k.astype(k_cache.dtype), mode="drop")
+    v_cache = v_cache.at[rows, slots_out].set(v.astype(v_cache.dtype), mode="drop")
+    out = attend(config, q, k_cache, v_cache, positions, window, block=block)
+    return out.reshape(b, t, nh * dh) @ lp["wo"], k_cache, v_cache
 
-    qg = q.reshape(b, t, nkv, config.q_per_kv, dh)
+
+def _scores(config: TransformerConfig, qg: jax.Array, keys: jax.Array) -> jax.Array:
+    """float32[B, Hkv, G, T, S'] scaled (and soft-capped) q.k of grouped queries and a run of slots."""
     scores = jnp.einsum("btkgd,bskd->bkgts", qg, keys,
                         preferred_element_type=jnp.float32) * config.attention_scale
     if config.attn_logit_softcap is not None:
         cap = config.attn_logit_softcap
         scores = jnp.tanh(scores / cap) * cap
-    slots = jnp.arange(keys.shape[1])[None, None, :]
+    return scores
+
+
+def _visible(slots: jax.Array, positions: jax.Array, window: int, capacity: int) -> jax.Array:
+    """bool[B, T, S'] whether the query at ``positions`` [B, T] sees each of ``slots`` [S']."""
     pos = positions[:, :, None]
-    visible = (slots <= pos) & (slots > pos - window)  # [B, T, S]
-    scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, nh * dh)
-    return out @ lp["wo"], k_cache, v_cache
+    visible = slots[None, None, :] <= pos
+    if window < capacity:  # a global layer's window covers the whole cache
+        visible &= slots[None, None, :] > pos - window
+    return visible
+
+
+def attend(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax.Array,
+           positions: jax.Array, window: int, *, block: int = DEFAULT_BLOCK) -> jax.Array:
+    """Softmax attention of queries over one layer's cache; cost follows the filled length.
+
+    Args:
+      q: dtype[B, T, H, Dh] queries (RoPE applied).
+      keys, values: dtype[B, S, Hkv, Dh] this layer's cache, already holding
+        this call's keys and values.
+      positions: int32[B, T]; the query at ``p`` sees slots ``(p - window, p]``.
+      window: static int (``GLOBAL_WINDOW`` for global layers).
+      block: static slots per block. ``S <= block``: one masked pass over the
+        cache. Otherwise the blocks that any query of the batch can see,
+        ``[min(p) - window + 1, max(p)]``, one at a time with an online
+        softmax (module doc).
+
+    Returns:
+      dtype[B, T, H, Dh] (``values.dtype``).
+    """
+    b, t, nh, dh = q.shape
+    nkv, capacity = config.num_kv_heads, keys.shape[1]
+    qg = q.reshape(b, t, nkv, config.q_per_kv, dh)
+    if capacity <= block:
+        scores = _scores(config, qg, keys)
+        visible = _visible(jnp.arange(capacity), positions, window, capacity)
+        scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
+        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+        return jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, nh, dh)
+
+    num_blocks = -(-capacity // block)
+    last = jnp.max(positions)
+    first = jnp.maximum(jnp.min(positions) - window + 1, 0) if window < capacity else 0
+    lo = jnp.clip(first // block, 0, num_blocks)
+    hi = jnp.clip(last // block + 1, lo, num_blocks)
+
+    def one_block(i, carry):
+        run_max, run_sum, acc = carry
+        # The last block is shifted left to stay inside the cache; slots it
+        # shares with the previous block are masked out here.
+        start = jnp.minimum(i * block, capacity - block)
+        slots = start + jnp.arange(block)
+        k_blk = jax.lax.dynamic_slice_in_dim(keys, start, block, axis=1)
+        v_blk = jax.lax.dynamic_slice_in_dim(values, start, block, axis=1)
+        visible = _visible(slots, positions, window, capacity) & (slots >= i * block)[None, None, :]
+        scores = jnp.where(visible[:, None, None], _scores(config, qg, k_blk), -jnp.inf)
+        new_max = jnp.maximum(run_max, jnp.max(scores, axis=-1))
+        # While a row has seen nothing its maximum is -inf: shift by 0 there,
+        # so exp gives exact zeros instead of exp(-inf + inf) = NaN.
+        shift = jnp.where(jnp.isneginf(new_max), 0.0, new_max)
+        p = jnp.exp(scores - shift[..., None])
+        factor = jnp.exp(run_max - shift)
+        run_sum = run_sum * factor + jnp.sum(p, axis=-1)
+        acc = acc * factor[..., None] + jnp.einsum(
+            "bkgts,bskd->bkgtd", p.astype(values.dtype), v_blk, preferred_element_type=jnp.float32)
+        return new_max, run_sum, acc
+
+    stats = (b, nkv, config.q_per_kv, t)
+    init = (jnp.full(stats, -jnp.inf, jnp.float32), jnp.zeros(stats, jnp.float32),
+            jnp.zeros(stats + (dh,), jnp.float32))
+    _, run_sum, acc = jax.lax.fori_loop(lo, hi, one_block, init)
+    # A query that sees no slot (only an unwritten one past the cache) gets 0, not 0 / 0.
+    out = acc / jnp.where(run_sum > 0, run_sum, 1.0)[..., None]
+    return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(b, t, nh, dh).astype(values.dtype)

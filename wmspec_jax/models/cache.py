@@ -1,9 +1,9 @@
 """Static-shape key/value cache with per-row lengths.
 
-One ``KVCache`` holds every layer's keys and values stacked on a leading layer
-axis (``k[l]`` / ``v[l]`` is layer ``l``'s pair), so the transformer can
-``lax.scan`` over layers while updating the cache in place inside the scan
-carry. Rows are ragged: ``lengths[b]`` counts the valid slots of row ``b``.
+One ``KVCache`` holds one key array and one value array per layer (``k[l]`` /
+``v[l]`` is layer ``l``'s pair, each its own buffer), so a step updates each
+layer's slots in place and reads only that layer's array; nothing is copied
+per step. Rows are ragged: ``lengths[b]`` counts the valid slots of row ``b``.
 Rolling back rejected draft tokens is just lowering ``lengths``; the stale
 slots are overwritten by the next write and are never attended before that,
 because a query at position ``p`` only sees slots ``<= p``.
@@ -20,16 +20,16 @@ from wmspec_jax.models.config import TransformerConfig
 
 
 class KVCache(NamedTuple):
-    """k, v: dtype[L, B, S, Hkv, Dh]; lengths: int32[B] valid slots per row."""
+    """k, v: tuples of L arrays dtype[B, S, Hkv, Dh]; lengths: int32[B] valid slots per row."""
 
-    k: jax.Array
-    v: jax.Array
+    k: tuple
+    v: tuple
     lengths: jax.Array
 
     @property
     def capacity(self) -> int:
         """S, the number of slots per row (static)."""
-        return self.k.shape[2]
+        return self.k[0].shape[1]
 
 
 def init_cache(config: TransformerConfig, batch_size: int, max_length: int,
@@ -60,13 +60,13 @@ def init_cache(config: TransformerConfig, batch_size: int, max_length: int,
         raise ValueError(
             f"a cache of {max_length} positions exceeds the model's max_position_embeddings="
             f"{limit}: shorten the prompt or the number of new tokens")
-    shape = (config.num_layers, int(batch_size), int(max_length),
-             config.num_kv_heads, config.head_dim)
-    cache = KVCache(k=jnp.zeros(shape, dtype), v=jnp.zeros(shape, dtype),
+    shape = (int(batch_size), int(max_length), config.num_kv_heads, config.head_dim)
+    layers = range(config.num_layers)
+    cache = KVCache(k=tuple(jnp.zeros(shape, dtype) for _ in layers),
+                    v=tuple(jnp.zeros(shape, dtype) for _ in layers),
                     lengths=jnp.zeros((int(batch_size),), jnp.int32))
     if sharding is not None:
-        cache = KVCache(*(jax.lax.with_sharding_constraint(x, s)
-                          for x, s in zip(cache, sharding)))
+        cache = jax.tree_util.tree_map(jax.lax.with_sharding_constraint, cache, sharding)
     return cache
 
 

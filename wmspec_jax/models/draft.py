@@ -42,6 +42,7 @@ import numpy as np
 
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.models import protocol
+from wmspec_jax.models.attention import DEFAULT_BLOCK
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.hf import Checkpoint
 
@@ -70,18 +71,17 @@ def init_adapters(target_params: dict, layers, rank: int, key: jax.Array,
     "attn_norm": [L', D], "mlp_norm": [L', D], "final_norm": [D]}``; the norms
     start from the target's own.
     """
-    idx = jnp.asarray(list(layers))
-    tl = target_params["layers"]
+    kept = [target_params["layers"][i] for i in layers]
     keys = jax.random.split(key, len(LORA_KEYS))
     lora_a, lora_b = {}, {}
     for k, sub in zip(LORA_KEYS, keys):
-        _, d_in, d_out = tl[k].shape
-        lora_a[k] = (jax.random.normal(sub, (len(layers), d_in, rank)) / np.sqrt(d_in)).astype(dtype)
-        lora_b[k] = jnp.zeros((len(layers), rank, d_out), dtype)
+        d_in, d_out = kept[0][k].shape
+        lora_a[k] = (jax.random.normal(sub, (len(kept), d_in, rank)) / np.sqrt(d_in)).astype(dtype)
+        lora_b[k] = jnp.zeros((len(kept), rank, d_out), dtype)
     out = {"lora_a": lora_a, "lora_b": lora_b,
            "final_norm": target_params["final_norm"].astype(dtype)}
     for k in NORM_KEYS:
-        out[k] = tl[k][idx].astype(dtype)
+        out[k] = jnp.stack([lp[k] for lp in kept]).astype(dtype)
     return out
 
 
@@ -89,20 +89,22 @@ def draft_params(target_params: dict, layers, adapters: dict | None = None) -> d
     """Dense draft params: target layers ``layers`` with the adapters merged in.
 
     Differentiable in ``adapters`` (the distillation script trains through it).
-    The embedding (and untied head) are shared with the target, not copied.
+    The embedding (and untied head) are shared with the target, not copied;
+    so are the kept layers' arrays that no adapter changes. Adapters hold one
+    entry per kept layer on a leading axis ([L', ...]).
     """
-    idx = jnp.asarray(list(layers))
     dtype = target_params["embed"].dtype
-    new_layers = {k: v[idx] for k, v in target_params["layers"].items()}
+    new_layers = [dict(target_params["layers"][i]) for i in layers]
     final_norm = target_params["final_norm"]
     if adapters:
-        for k in LORA_KEYS:
-            if k in adapters.get("lora_a", {}):
-                delta = jnp.einsum("lir,lro->lio", adapters["lora_a"][k], adapters["lora_b"][k])
-                new_layers[k] = (new_layers[k] + delta).astype(dtype)
-        for k in NORM_KEYS:
-            if k in adapters:
-                new_layers[k] = adapters[k].astype(dtype)
+        for j, lp in enumerate(new_layers):
+            for k in LORA_KEYS:
+                if k in adapters.get("lora_a", {}):
+                    delta = adapters["lora_a"][k][j] @ adapters["lora_b"][k][j]
+                    lp[k] = (lp[k] + delta).astype(dtype)
+            for k in NORM_KEYS:
+                if k in adapters:
+                    lp[k] = adapters[k][j].astype(dtype)
         if "final_norm" in adapters:
             final_norm = adapters["final_norm"].astype(dtype)
     out = {"layers": new_layers, "final_norm": final_norm}
@@ -156,12 +158,13 @@ class DraftCheckpoint(Checkpoint):
     """A draft :class:`Checkpoint` whose model uses :func:`reduced_head` when
     its params hold ``head_ids`` (otherwise identical to a Checkpoint)."""
 
-    def language_model(self, mesh: jax.sharding.Mesh | None = None) -> LanguageModel:
+    def language_model(self, mesh: jax.sharding.Mesh | None = None, *,
+                       attention_block: int = DEFAULT_BLOCK) -> LanguageModel:
         if "head_ids" not in self.params:
-            return super().language_model(mesh)
+            return super().language_model(mesh, attention_block=attention_block)
         return protocol.make_language_model(
             self.config, name=self.name, dtype=self.dtype, vocab_size=self.logit_width, mesh=mesh,
-            head=functools.partial(reduced_head, self.config))
+            head=functools.partial(reduced_head, self.config), attention_block=attention_block)
 
 
 def save_adapters(path: str | os.PathLike, layers, adapters: dict, meta: dict | None = None,

@@ -30,9 +30,10 @@ top-k next-token distributions (forward KL + TV) on the target's own samples
 (``experiments/distill_feature_draft.py``) rather than regressing features on
 ShareGPT; one chain of drafts, no token tree.
 
-Params (runtime): ``fc`` [2D, D], ``layers`` (one layer, the target's layer
-layout with L = 1), ``final_norm`` [D], the target's ``embed`` [V, D] (shared,
-not copied) and ``head_ids`` int32[K] / ``head_rows`` [K, D].
+Params (runtime): ``fc`` [2D, D], ``layers`` (a list of one layer in the
+target's layout), ``final_norm`` [D], the target's ``embed`` [V, D] (shared,
+not copied) and ``head_ids`` int32[K] / ``head_rows`` [K, D]. The trainable
+params and the saved file keep that layer stacked ([1, ...] arrays).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from wmspec_jax.lm import FeatureDraftModel
 from wmspec_jax.models import cache as cache_lib
 from wmspec_jax.models import draft as draft_lib
 from wmspec_jax.models import partitioning, protocol, transformer
+from wmspec_jax.models.attention import DEFAULT_BLOCK
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.hf import Checkpoint
 
@@ -75,7 +77,7 @@ def init_trainable(target_params: dict, target_config: TransformerConfig, key: j
     fc = fc + 0.01 * jax.random.normal(key, (2 * d, d)) / np.sqrt(2 * d)
     return {
         "fc": fc.astype(jnp.float32),
-        "layers": {k: v[layer:layer + 1].astype(jnp.float32) for k, v in target_params["layers"].items()},
+        "layers": {k: v[None].astype(jnp.float32) for k, v in target_params["layers"][layer].items()},
         "final_norm": target_params["final_norm"].astype(jnp.float32),
     }
 
@@ -85,12 +87,14 @@ def runtime_params(target_params: dict, trainable: dict, head_ids=None) -> dict:
     (and the head's kept rows when ``head_ids`` is given)."""
     dtype = target_params["embed"].dtype
     own = jax.tree_util.tree_map(lambda a: jnp.asarray(a).astype(dtype), {k: trainable[k] for k in TRAINABLE})
+    own["layers"] = transformer.unstack_layers(own["layers"])
     return draft_lib.with_shared_head(target_params, own, head_ids)
 
 
 def hidden_states(config: TransformerConfig, params: dict, tokens: jax.Array, features: jax.Array,
                   positions: jax.Array, cache: cache_lib.KVCache, lengths: jax.Array,
-                  write_mask: jax.Array | None = None) -> tuple[jax.Array, cache_lib.KVCache]:
+                  write_mask: jax.Array | None = None, *,
+                  attention_block: int = DEFAULT_BLOCK) -> tuple[jax.Array, cache_lib.KVCache]:
     """(h dtype[B, T, D], cache): the draft's estimate of the target's feature at each position.
 
     ``tokens`` int32[B, T]; ``features`` [B, T, D]: the target's (or, for
@@ -99,7 +103,8 @@ def hidden_states(config: TransformerConfig, params: dict, tokens: jax.Array, fe
     """
     e = transformer.embed_tokens(config, params, tokens)
     x = jnp.concatenate([e, features.astype(e.dtype)], axis=-1) @ params["fc"]
-    return transformer.decoder_stack(config, params, x, positions, cache, lengths, write_mask)
+    return transformer.decoder_stack(config, params, x, positions, cache, lengths, write_mask,
+                                     attention_block=attention_block)
 
 
 def head_logits(config: TransformerConfig, params: dict, h: jax.Array) -> jax.Array:
@@ -110,28 +115,34 @@ def head_logits(config: TransformerConfig, params: dict, h: jax.Array) -> jax.Ar
 
 
 def step(config: TransformerConfig, params: dict, cache: cache_lib.KVCache, tokens: jax.Array,
-         num_new: jax.Array, features: jax.Array, *, logit_width: int | None = None):
+         num_new: jax.Array, features: jax.Array, *, logit_width: int | None = None,
+         attention_block: int = DEFAULT_BLOCK):
     """:func:`wmspec_jax.models.protocol.step` with the previous positions' features
     ``features`` [B, T, D]; returns (float32[B, T, W] logits, h [B, T, D], cache)."""
-    def hidden(p, ids, positions, c, lengths, write):
-        return hidden_states(config, p, ids, features, positions, c, lengths, write)
+    def hidden(p, ids, positions, c, lengths, write, attention_block):
+        return hidden_states(config, p, ids, features, positions, c, lengths, write,
+                             attention_block=attention_block)
 
     return protocol.step(config, functools.partial(head_logits, config), params, cache, tokens, num_new,
-                         logit_width=logit_width, hidden_fn=hidden, return_hidden=True)
+                         logit_width=logit_width, hidden_fn=hidden, return_hidden=True,
+                         attention_block=attention_block)
 
 
 def make_language_model(config: TransformerConfig, *, name: str, dtype=jnp.float32,
                         vocab_size: int | None = None,
-                        mesh: jax.sharding.Mesh | None = None) -> FeatureDraftModel:
+                        mesh: jax.sharding.Mesh | None = None,
+                        attention_block: int = DEFAULT_BLOCK) -> FeatureDraftModel:
     """The :class:`~wmspec_jax.lm.FeatureDraftModel` of a feature draft with ``config``;
     with ``mesh`` its cache is split as the target's (pass params placed with
-    :func:`wmspec_jax.sharding.shard_params`)."""
+    :func:`wmspec_jax.sharding.shard_params`); ``attention_block`` as
+    :func:`wmspec_jax.models.protocol.make_language_model`."""
     width = int(vocab_size or config.vocab_size)
+    attention_block = protocol.check_attention_block(attention_block)
     sharding = None if mesh is None else partitioning.cache_shardings(config, mesh)
     return FeatureDraftModel(
         name=name, vocab_size=width,
         init_cache=functools.partial(cache_lib.init_cache, config, dtype=dtype, sharding=sharding),
-        step=functools.partial(step, config, logit_width=width),
+        step=functools.partial(step, config, logit_width=width, attention_block=attention_block),
         rewind=cache_lib.rewind, cache_lengths=cache_lib.cache_lengths,
         feature_size=config.hidden_size)
 
@@ -140,9 +151,10 @@ def make_language_model(config: TransformerConfig, *, name: str, dtype=jnp.float
 class FeatureDraftCheckpoint(Checkpoint):
     """A feature draft as a :class:`Checkpoint` (its model is a FeatureDraftModel)."""
 
-    def language_model(self, mesh: jax.sharding.Mesh | None = None) -> FeatureDraftModel:
+    def language_model(self, mesh: jax.sharding.Mesh | None = None, *,
+                       attention_block: int = DEFAULT_BLOCK) -> FeatureDraftModel:
         return make_language_model(self.config, name=self.name, dtype=self.dtype,
-                                   vocab_size=self.logit_width, mesh=mesh)
+                                   vocab_size=self.logit_width, mesh=mesh, attention_block=attention_block)
 
 
 def make_feature_draft(target: Checkpoint, trainable: dict, head_ids=None,
@@ -160,7 +172,7 @@ def make_feature_draft(target: Checkpoint, trainable: dict, head_ids=None,
 
 def _check_trainable(config: TransformerConfig, trainable: dict) -> None:
     d = config.hidden_size
-    want = transformer.param_shapes(config)["layers"]
+    want = {k: (1,) + shape for k, shape in transformer.layer_shapes(config).items()}
     problems = []
     if tuple(np.shape(trainable.get("fc"))) != (2 * d, d):
         problems.append(f"fc: expected {(2 * d, d)}, got {np.shape(trainable.get('fc'))}")

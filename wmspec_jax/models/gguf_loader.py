@@ -18,7 +18,7 @@ import numpy as np
 
 from wmspec_jax.models.config import TransformerConfig, UnsupportedModelError
 from wmspec_jax.models.hf import CheckpointError
-from wmspec_jax.models.transformer import param_shapes
+from wmspec_jax.models.transformer import layer_shapes
 
 # GGUF tensor name inside block i -> (our name, transpose from [out, in])
 _BLOCK_MAP = {
@@ -98,9 +98,8 @@ def params_from_gguf(reader, config: TransformerConfig, dtype=jnp.float32) -> di
     """Dequantises every tensor into a params pytree of ``dtype``."""
     from gguf.quants import dequantize
 
-    shapes = param_shapes(config)
-    np_dtype = np.dtype(dtype)
-    layers = {k: np.empty(s, np_dtype) for k, s in shapes["layers"].items()}
+    one_layer = layer_shapes(config)
+    layers: list[dict] = [{} for _ in range(config.num_layers)]
     params: dict = {}
     seen = set()
     for t in reader.tensors:
@@ -113,9 +112,9 @@ def params_from_gguf(reader, config: TransformerConfig, dtype=jnp.float32) -> di
             elif key == "wk":
                 w = unpermute_rope_rows(w, config.num_kv_heads)
             w = w.T if transpose else w
-            if w.shape != shapes["layers"][key][1:]:
+            if w.shape != one_layer[key]:
                 raise CheckpointError(f"GGUF tensor {t.name} has shape {w.shape}")
-            layers[key][layer] = w
+            layers[layer][key] = jnp.asarray(w, dtype)
         elif t.name == "token_embd.weight":
             params["embed"] = jnp.asarray(w, dtype)
         elif t.name == "output_norm.weight":
@@ -130,5 +129,5 @@ def params_from_gguf(reader, config: TransformerConfig, dtype=jnp.float32) -> di
     missing = sorted(expected - seen)
     if missing:
         raise CheckpointError(f"GGUF file is missing tensors: {missing[:8]}")
-    params["layers"] = {k: jnp.asarray(layers.pop(k)) for k in list(layers)}
+    params["layers"] = [{k: lp[k] for k in one_layer} for lp in layers]
     return params

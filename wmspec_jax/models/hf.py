@@ -28,6 +28,7 @@ import numpy as np
 
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.models import partitioning, protocol, transformer
+from wmspec_jax.models.attention import DEFAULT_BLOCK
 from wmspec_jax.models.config import TransformerConfig, UnsupportedModelError, config_from_hf
 
 _INDEX = "model.safetensors.index.json"
@@ -99,10 +100,13 @@ class Checkpoint:
     def dtype(self):
         return self.params["embed"].dtype
 
-    def language_model(self, mesh: jax.sharding.Mesh | None = None) -> LanguageModel:
-        """The :class:`~wmspec_jax.lm.LanguageModel` (caches split over ``mesh`` when given)."""
+    def language_model(self, mesh: jax.sharding.Mesh | None = None, *,
+                       attention_block: int = DEFAULT_BLOCK) -> LanguageModel:
+        """The :class:`~wmspec_jax.lm.LanguageModel` (caches split over ``mesh`` when given;
+        ``attention_block`` as :func:`wmspec_jax.models.protocol.make_language_model`)."""
         return protocol.make_language_model(self.config, name=self.name, dtype=self.dtype,
-                                            vocab_size=self.logit_width, mesh=mesh)
+                                            vocab_size=self.logit_width, mesh=mesh,
+                                            attention_block=attention_block)
 
 
 def _read_json(path: str, what: str) -> Any:
@@ -201,10 +205,13 @@ def load_params(path: str | os.PathLike, config: TransformerConfig,
     """
     path = os.fspath(path)
     shapes = transformer.param_shapes(config)
+    one_layer = transformer.layer_shapes(config)
     layer_map = layer_tensor_map(config)
     np_dtype = np.dtype(dtype)
-    buffers = {k: np.empty(s, np_dtype) for k, s in shapes["layers"].items()}
-    filled = {k: np.zeros(config.num_layers, bool) for k in buffers}
+    shardings = partitioning.param_shardings(config, mesh) if mesh is not None else None
+    # Each tensor goes to the device as soon as it is read, so host memory
+    # holds one tensor at a time, not the model.
+    layers: list[dict[str, Any]] = [{} for _ in range(config.num_layers)]
     host: dict[str, np.ndarray] = {}
     unexpected = []
 
@@ -223,9 +230,9 @@ def load_params(path: str | os.PathLike, config: TransformerConfig,
             if layer >= config.num_layers:
                 raise CheckpointError(
                     f"tensor {name} in {path!r} is beyond num_hidden_layers={config.num_layers}")
-            value = checked(name, tensor.T if transpose else tensor, shapes["layers"][key][1:])
-            buffers[key][layer] = value.astype(np_dtype)
-            filled[key][layer] = True
+            value = checked(name, tensor.T if transpose else tensor, one_layer[key])
+            layers[layer][key] = _place(value.astype(np_dtype),
+                                        shardings and shardings["layers"][layer][key])
         elif m and m.group(2).endswith("rotary_emb.inv_freq"):
             continue  # recomputed from the config
         elif name == "model.embed_tokens.weight":
@@ -243,7 +250,7 @@ def load_params(path: str | os.PathLike, config: TransformerConfig,
             f"unexpected tensors in {path!r} (unsupported architecture variant?): "
             f"{sorted(unexpected)[:8]}")
     missing = [f"model.layers.{i}.{hf}" for hf, (key, _) in layer_map.items()
-               for i in np.flatnonzero(~filled[key])]
+               for i in range(config.num_layers) if key not in layers[i]]
     for key, hf_name in (("embed", "model.embed_tokens.weight"),
                          ("final_norm", "model.norm.weight"), ("lm_head", "lm_head.weight")):
         if key in shapes and key not in host:
@@ -251,14 +258,10 @@ def load_params(path: str | os.PathLike, config: TransformerConfig,
     if missing:
         raise CheckpointError(f"checkpoint {path!r} is missing tensors: {missing[:8]}"
                               + (f" and {len(missing) - 8} more" if len(missing) > 8 else ""))
-    shardings = partitioning.param_shardings(config, mesh) if mesh is not None else None
     params: dict[str, Any] = {}
     for key in list(host):
         params[key] = _place(host.pop(key), shardings and shardings[key])
-    layers = {}
-    for key in list(buffers):  # free each host buffer as soon as it is on device
-        layers[key] = _place(buffers.pop(key), shardings and shardings["layers"][key])
-    params["layers"] = layers
+    params["layers"] = [{k: lp[k] for k in one_layer} for lp in layers]
     return params
 
 

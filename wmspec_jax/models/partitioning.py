@@ -6,11 +6,11 @@ Each parameter gets a ``PartitionSpec`` over the mesh axes ``"data"`` and
 =====================================  ==========================  ======================
 parameter                              split over ``model``        why
 =====================================  ==========================  ======================
-``wq`` [L, D, H*Dh], ``bq``            query heads (columns)       heads are independent
-``wk``, ``wv`` [L, D, Hkv*Dh], biases  key/value heads (columns)   idem
-``wo`` [L, H*Dh, D]                    query heads (rows)          one all-reduce per layer
-``w_gate``, ``w_up`` [L, D, F]         hidden units (columns)      elementwise GLU
-``w_down`` [L, F, D]                   hidden units (rows)         one all-reduce per layer
+``wq`` [D, H*Dh], ``bq``               query heads (columns)       heads are independent
+``wk``, ``wv`` [D, Hkv*Dh], biases     key/value heads (columns)   idem
+``wo`` [H*Dh, D]                       query heads (rows)          one all-reduce per layer
+``w_gate``, ``w_up`` [D, F]            hidden units (columns)      elementwise GLU
+``w_down`` [F, D]                      hidden units (rows)         one all-reduce per layer
 ``embed`` [V, D], ``lm_head`` [D, V]   vocabulary                  logits split over V
 norms                                  replicated                  tiny
 draft ``head_rows`` [K, D]             kept ids (rows)             logits split over K
@@ -22,7 +22,8 @@ The last three rows are for drafts (:mod:`wmspec_jax.models.draft`,
 :mod:`wmspec_jax.models.feature_draft`): a reduced-vocabulary head and a
 feature draft's input projection.
 
-The KV cache ``k, v: [L, B, S, Hkv, Dh]`` is split over ``data`` (rows) and
+Every layer's arrays get the same specs. The KV cache (each layer's
+``k, v: [B, S, Hkv, Dh]``) is split over ``data`` (rows) and
 ``model`` (key/value heads), its ``lengths`` over ``data``. A dimension is
 split only when the ``model`` axis size divides its number of heads (units,
 vocabulary entries); otherwise it is replicated, e.g. Qwen2.5-7B's 4
@@ -38,16 +39,16 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from wmspec_jax.models.cache import KVCache
 from wmspec_jax.models.config import TransformerConfig
-from wmspec_jax.models.transformer import param_shapes
+from wmspec_jax.models.transformer import layer_shapes, param_shapes
 
 DATA = "data"
 MODEL = "model"
 
-# parameter -> (dimension split over `model`, what that dimension counts)
+# layer parameter -> (dimension split over `model`, what that dimension counts)
 _SPLIT = {
-    "wq": (2, "heads"), "bq": (1, "heads"), "wo": (1, "heads"),
-    "wk": (2, "kv_heads"), "wv": (2, "kv_heads"), "bk": (1, "kv_heads"), "bv": (1, "kv_heads"),
-    "w_gate": (2, "ffn"), "w_up": (2, "ffn"), "w_down": (1, "ffn"),
+    "wq": (1, "heads"), "bq": (0, "heads"), "wo": (0, "heads"),
+    "wk": (1, "kv_heads"), "wv": (1, "kv_heads"), "bk": (0, "kv_heads"), "bv": (0, "kv_heads"),
+    "w_gate": (1, "ffn"), "w_up": (1, "ffn"), "w_down": (0, "ffn"),
 }
 
 
@@ -68,12 +69,12 @@ def param_partition_specs(config: TransformerConfig, model_size: int, params: di
     other unknown entry raises ValueError."""
     ok = _divides(config, int(model_size))
     shapes = param_shapes(config)
-    layers = {}
-    for name, shape in shapes["layers"].items():
+    layer = {}
+    for name, shape in layer_shapes(config).items():
         dim, unit = _SPLIT.get(name, (None, None))
-        layers[name] = _spec(len(shape), dim if unit and ok[unit] else None)
-    out = {"embed": _spec(2, 0 if ok["vocab"] else None), "layers": layers,
-           "final_norm": P()}
+        layer[name] = _spec(len(shape), dim if unit and ok[unit] else None)
+    out = {"embed": _spec(2, 0 if ok["vocab"] else None),
+           "layers": [dict(layer) for _ in range(config.num_layers)], "final_norm": P()}
     if "lm_head" in shapes:
         out["lm_head"] = _spec(2, 1 if ok["vocab"] else None)
     if params is None:
@@ -93,7 +94,7 @@ def param_partition_specs(config: TransformerConfig, model_size: int, params: di
 def cache_partition_specs(config: TransformerConfig, model_size: int) -> KVCache:
     """PartitionSpecs of a :class:`KVCache`: rows over ``data``, kv heads over ``model``."""
     heads = MODEL if _divides(config, int(model_size))["kv_heads"] else None
-    kv = P(None, DATA, None, heads, None)
+    kv = (P(DATA, None, heads, None),) * config.num_layers
     return KVCache(k=kv, v=kv, lengths=P(DATA))
 
 
@@ -110,4 +111,4 @@ def param_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh, params: 
 
 def cache_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh) -> KVCache:
     """NamedShardings of the KV cache on ``mesh``."""
-    return KVCache(*_named(mesh, tuple(cache_partition_specs(config, mesh.shape[MODEL]))))
+    return _named(mesh, cache_partition_specs(config, mesh.shape[MODEL]))

@@ -30,11 +30,21 @@ import numpy as np
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.models import cache as cache_lib
 from wmspec_jax.models import partitioning, transformer
+from wmspec_jax.models.attention import DEFAULT_BLOCK
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.validation import is_concrete
 
 # head(params, hidden dtype[B, T, D]) -> float32[B, T, V]
 Head = Callable[[dict, jax.Array], jax.Array]
+
+
+def check_attention_block(block) -> int:
+    """``block`` as an int >= 1; TypeError / ValueError otherwise."""
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
+        raise TypeError(f"attention_block must be an int, got {block!r}")
+    if int(block) < 1:
+        raise ValueError(f"attention_block must be >= 1, got {block}")
+    return int(block)
 
 
 def _check_shapes(cache: cache_lib.KVCache, tokens, num_new) -> None:
@@ -80,7 +90,7 @@ def check_step_inputs(cache: cache_lib.KVCache, tokens, num_new, vocab_size: int
 
 def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.KVCache,
          tokens: jax.Array, num_new: jax.Array, *, logit_width: int | None = None,
-         return_hidden: bool = False, hidden_fn=None):
+         return_hidden: bool = False, hidden_fn=None, attention_block: int = DEFAULT_BLOCK):
     """Appends ``tokens[b, :num_new[b]]`` to row b; returns float32[B, T, W] logits.
 
     Row b's token i < num_new[b] goes to position/slot ``lengths[b] + i``.
@@ -99,6 +109,8 @@ def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.
     (the head's input: the features a :class:`~wmspec_jax.lm.FeatureDraftModel`
     reads), as ``(logits, hidden, cache)``. ``hidden_fn`` replaces
     :func:`transformer.hidden_states` (same arguments after ``config``; feature drafts).
+    ``attention_block``: static slots per attention block
+    (:func:`wmspec_jax.models.attention.attend`).
     """
     tokens = jnp.asarray(tokens)
     num_new = jnp.asarray(num_new)
@@ -113,8 +125,9 @@ def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.
     ids = jnp.where(write, tokens.astype(jnp.int32), 0)
     if width > config.vocab_size:
         ids = jnp.where((ids >= config.vocab_size) & (ids < width), 0, ids)
-    h, cache = (hidden_fn or functools.partial(transformer.hidden_states, config))(
-        params, ids, positions, cache, cache.lengths + num_new, write)
+    hidden = hidden_fn or functools.partial(transformer.hidden_states, config)
+    h, cache = hidden(params, ids, positions, cache, cache.lengths + num_new, write,
+                      attention_block=attention_block)
     # Traced overflow cannot raise: poison it so the logits cannot be silently wrong.
     overflow = write & (positions >= cache.capacity)
     h = jnp.where(overflow[..., None], jnp.asarray(jnp.nan, h.dtype), h)
@@ -130,7 +143,8 @@ def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.
 def make_language_model(config: TransformerConfig, *, name: str,
                         dtype=jnp.float32, head: Head | None = None,
                         vocab_size: int | None = None,
-                        mesh: jax.sharding.Mesh | None = None) -> LanguageModel:
+                        mesh: jax.sharding.Mesh | None = None,
+                        attention_block: int = DEFAULT_BLOCK) -> LanguageModel:
     """Builds the protocol object for ``config``.
 
     Args:
@@ -143,8 +157,12 @@ def make_language_model(config: TransformerConfig, *, name: str,
         caches are then created split over rows and key/value heads
         (:mod:`wmspec_jax.models.partitioning`), inside ``jit`` too. Pass
         params placed with :func:`wmspec_jax.sharding.shard_params`.
+      attention_block: slots per attention block (static): a cache longer
+        than this is read block by block up to the longest row
+        (:func:`wmspec_jax.models.attention.attend`).
     """
     width = int(vocab_size or config.vocab_size)
+    attention_block = check_attention_block(attention_block)
     if width < config.vocab_size:
         raise ValueError(f"vocab_size={width} is smaller than the model's {config.vocab_size}")
     sharding = None if mesh is None else partitioning.cache_shardings(config, mesh)
@@ -152,8 +170,9 @@ def make_language_model(config: TransformerConfig, *, name: str,
         name=name,
         vocab_size=width,
         init_cache=functools.partial(cache_lib.init_cache, config, dtype=dtype, sharding=sharding),
-        step=functools.partial(step, config, head, logit_width=width),
-        step_hidden=functools.partial(step, config, head, logit_width=width, return_hidden=True),
+        step=functools.partial(step, config, head, logit_width=width, attention_block=attention_block),
+        step_hidden=functools.partial(step, config, head, logit_width=width, return_hidden=True,
+                                      attention_block=attention_block),
         hidden_size=config.hidden_size,
         rewind=cache_lib.rewind,
         cache_lengths=cache_lib.cache_lengths,

@@ -1,17 +1,25 @@
 """Functional decoder (Llama, Mistral, Qwen2/3, Gemma, Gemma-2) over an explicit KV cache.
 
-Params are a plain pytree (nested dicts of arrays); per-layer weights are
-stacked on a leading layer axis and the layers run under ``lax.scan``::
+Params are a plain pytree: ``layers`` is a list of L dicts, one per layer,
+each holding that layer's own arrays::
 
     embed       [V, D]
-    layers/attn_norm [L, D]   wq [L, D, H*Dh]   wk, wv [L, D, Hkv*Dh]
-           wo [L, H*Dh, D]    mlp_norm [L, D]
-           w_gate, w_up [L, D, F]               w_down [L, F, D]
-           bq [L, H*Dh], bk, bv [L, Hkv*Dh]     (qkv_bias: Qwen2)
-           q_norm, k_norm [L, Dh]               (qk_norm: Qwen3)
-           post_attn_norm, post_mlp_norm [L, D] (sandwich_norms: Gemma-2)
+    layers[l]/attn_norm [D]   wq [D, H*Dh]   wk, wv [D, Hkv*Dh]
+              wo [H*Dh, D]    mlp_norm [D]
+              w_gate, w_up [D, F]            w_down [F, D]
+              bq [H*Dh], bk, bv [Hkv*Dh]     (qkv_bias: Qwen2)
+              q_norm, k_norm [Dh]            (qk_norm: Qwen3)
+              post_attn_norm, post_mlp_norm [D] (sandwich_norms: Gemma-2)
     final_norm  [D]
     lm_head     [D, V]        (only when embeddings are untied)
+
+The layers run as an unrolled Python loop over these per-layer arrays, so a
+decode step reads every weight once. (A ``lax.scan`` over weights stacked on a
+leading layer axis slices each layer out of the stack before its matrix
+products; XLA materialises those slices, which on a memory-bound decode step
+reads the weights about three times; ``benchmarks/bench_decode_step.py``
+measures both.) :func:`stack_layers` / :func:`unstack_layers` convert to and
+from the stacked form that training code and saved draft files use.
 
 A layer is ``x += post_attn_norm(attn(attn_norm(x)))`` then
 ``x += post_mlp_norm(mlp(mlp_norm(x)))``, the post norms only with
@@ -26,7 +34,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from wmspec_jax.models.attention import attention
+from wmspec_jax.models.attention import DEFAULT_BLOCK, attention
 from wmspec_jax.models.cache import KVCache
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.norms import rms_norm as _rms_norm
@@ -50,7 +58,8 @@ def _mlp(h: jax.Array, lp: Params, config: TransformerConfig) -> jax.Array:
 
 def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
                   positions: jax.Array, cache: KVCache, lengths: jax.Array,
-                  write_mask: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
+                  write_mask: jax.Array | None = None, *,
+                  attention_block: int = DEFAULT_BLOCK) -> tuple[jax.Array, KVCache]:
     """Runs the decoder stack and the final norm.
 
     Args:
@@ -65,12 +74,15 @@ def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
       write_mask: optional bool[B, T]; tokens where it is False are computed
         (their outputs are meaningless) but not written to the cache, so the
         cache changes only at the slots of real tokens.
+      attention_block: static slots per attention block: a cache longer than
+        this is read block by block up to the longest row's last position
+        (:func:`wmspec_jax.models.attention.attend`).
 
     Returns:
       (hidden dtype[B, T, D] after the final norm, updated cache).
     """
     return decoder_stack(config, params, embed_tokens(config, params, tokens), positions, cache,
-                         lengths, write_mask)
+                         lengths, write_mask, attention_block=attention_block)
 
 
 def embed_tokens(config: TransformerConfig, params: Params, tokens: jax.Array) -> jax.Array:
@@ -87,8 +99,8 @@ def embed_tokens(config: TransformerConfig, params: Params, tokens: jax.Array) -
 
 
 def decoder_stack(config: TransformerConfig, params: Params, x: jax.Array, positions: jax.Array,
-                  cache: KVCache, lengths: jax.Array, write_mask: jax.Array | None = None
-                  ) -> tuple[jax.Array, KVCache]:
+                  cache: KVCache, lengths: jax.Array, write_mask: jax.Array | None = None, *,
+                  attention_block: int = DEFAULT_BLOCK) -> tuple[jax.Array, KVCache]:
     """The layers and the final norm over input vectors dtype[B, T, D] (:func:`hidden_states`'
     arguments otherwise); lets a draft feed something other than token embeddings."""
     dtype = x.dtype
@@ -96,13 +108,15 @@ def decoder_stack(config: TransformerConfig, params: Params, x: jax.Array, posit
     slots_out = positions
     if write_mask is not None:
         slots_out = jnp.where(write_mask, positions, cache.capacity)  # dropped by the scatter
-
-    def layer_fn(carry, inputs):
-        x, k_cache, v_cache = carry
-        lp, layer, window = inputs
-        attn, k_cache, v_cache = attention(
-            config, rms_norm(x, lp["attn_norm"], config), lp, layer, window, k_cache, v_cache,
-            positions, slots_out, inv_freq)
+    layers = params["layers"]
+    if len(layers) != config.num_layers or len(cache.k) != config.num_layers:
+        raise ValueError(f"the config has {config.num_layers} layers, the params {len(layers)} and "
+                         f"the cache {len(cache.k)}")
+    k_cache, v_cache = list(cache.k), list(cache.v)
+    for layer, (lp, window) in enumerate(zip(layers, config.attention_windows().tolist())):
+        attn, k_cache[layer], v_cache[layer] = attention(
+            config, rms_norm(x, lp["attn_norm"], config), lp, window, k_cache[layer], v_cache[layer],
+            positions, slots_out, inv_freq, block=attention_block)
         if config.sandwich_norms:
             attn = rms_norm(attn, lp["post_attn_norm"], config)
         x = x + attn.astype(dtype)
@@ -110,14 +124,8 @@ def decoder_stack(config: TransformerConfig, params: Params, x: jax.Array, posit
         if config.sandwich_norms:
             mlp = rms_norm(mlp, lp["post_mlp_norm"], config)
         x = x + mlp.astype(dtype)
-        return (x, k_cache, v_cache), None
-
-    layer_ids = jnp.arange(config.num_layers, dtype=jnp.int32)
-    windows = jnp.asarray(config.attention_windows())
-    (x, k_cache, v_cache), _ = jax.lax.scan(
-        layer_fn, (x, cache.k, cache.v), (params["layers"], layer_ids, windows))
     h = rms_norm(x, params["final_norm"], config)
-    return h, KVCache(k_cache, v_cache, lengths.astype(jnp.int32))
+    return h, KVCache(tuple(k_cache), tuple(v_cache), lengths.astype(jnp.int32))
 
 
 def lm_logits(config: TransformerConfig, params: Params, h: jax.Array) -> jax.Array:
@@ -139,60 +147,102 @@ def lm_logits(config: TransformerConfig, params: Params, h: jax.Array) -> jax.Ar
 
 def forward(config: TransformerConfig, params: Params, tokens: jax.Array,
             positions: jax.Array, cache: KVCache, lengths: jax.Array,
-            write_mask: jax.Array | None = None) -> tuple[jax.Array, KVCache]:
+            write_mask: jax.Array | None = None, *,
+            attention_block: int = DEFAULT_BLOCK) -> tuple[jax.Array, KVCache]:
     """Logits for every input position; see :func:`hidden_states` for the args.
 
     Returns (float32[B, T, V] logits, updated cache). Pure: when the logits
     are unused (prefill) XLA drops the output projection under ``jit``.
     """
-    h, cache = hidden_states(config, params, tokens, positions, cache, lengths, write_mask)
+    h, cache = hidden_states(config, params, tokens, positions, cache, lengths, write_mask,
+                             attention_block=attention_block)
     return lm_logits(config, params, h), cache
 
 
-def param_shapes(config: TransformerConfig) -> dict:
-    """Nested dict of the expected shape of every parameter."""
+def layer_shapes(config: TransformerConfig) -> dict:
+    """Shape of every parameter of one layer (module doc)."""
     c = config
-    d, f, l = c.hidden_size, c.intermediate_size, c.num_layers
+    d, f = c.hidden_size, c.intermediate_size
     q_dim, kv_dim = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    layers = {
-        "attn_norm": (l, d), "mlp_norm": (l, d),
-        "wq": (l, d, q_dim), "wk": (l, d, kv_dim), "wv": (l, d, kv_dim), "wo": (l, q_dim, d),
-        "w_gate": (l, d, f), "w_up": (l, d, f), "w_down": (l, f, d),
+    shapes = {
+        "attn_norm": (d,), "mlp_norm": (d,),
+        "wq": (d, q_dim), "wk": (d, kv_dim), "wv": (d, kv_dim), "wo": (q_dim, d),
+        "w_gate": (d, f), "w_up": (d, f), "w_down": (f, d),
     }
     if c.qkv_bias:
-        layers.update(bq=(l, q_dim), bk=(l, kv_dim), bv=(l, kv_dim))
+        shapes.update(bq=(q_dim,), bk=(kv_dim,), bv=(kv_dim,))
     if c.qk_norm:
-        layers.update(q_norm=(l, c.head_dim), k_norm=(l, c.head_dim))
+        shapes.update(q_norm=(c.head_dim,), k_norm=(c.head_dim,))
     if c.sandwich_norms:
-        layers.update(post_attn_norm=(l, d), post_mlp_norm=(l, d))
-    shapes = {"embed": (c.vocab_size, d), "layers": layers, "final_norm": (d,)}
-    if not c.tie_word_embeddings:
-        shapes["lm_head"] = (d, c.vocab_size)
+        shapes.update(post_attn_norm=(d,), post_mlp_norm=(d,))
     return shapes
+
+
+def param_shapes(config: TransformerConfig) -> dict:
+    """The expected shape of every parameter: ``layers`` is a list of L :func:`layer_shapes`."""
+    c = config
+    shapes = {"embed": (c.vocab_size, c.hidden_size),
+              "layers": [layer_shapes(c) for _ in range(c.num_layers)],
+              "final_norm": (c.hidden_size,)}
+    if not c.tie_word_embeddings:
+        shapes["lm_head"] = (c.hidden_size, c.vocab_size)
+    return shapes
+
+
+def stack_layers(layers) -> dict:
+    """A list of L per-layer dicts -> one dict of arrays with a leading layer axis [L, ...]."""
+    layers = list(layers)
+    if not layers:
+        raise ValueError("no layers to stack")
+    return {k: jnp.stack([lp[k] for lp in layers]) for k in layers[0]}
+
+
+def unstack_layers(stacked: dict) -> list:
+    """One dict of [L, ...] arrays -> a list of L per-layer dicts (the params' ``layers``)."""
+    counts = {k: v.shape[0] for k, v in stacked.items()}
+    if len(set(counts.values())) != 1:
+        raise ValueError(f"stacked layer arrays disagree on the number of layers: {counts}")
+    n = next(iter(counts.values()))
+    return [{k: v[i] for k, v in stacked.items()} for i in range(n)]
 
 
 NORM_PARAMS = ("attn_norm", "mlp_norm", "q_norm", "k_norm", "post_attn_norm", "post_mlp_norm")
 
 
+def _is_shape(s) -> bool:
+    return isinstance(s, tuple) and all(isinstance(n, int) for n in s)
+
+
 def check_params(config: TransformerConfig, params: Params) -> None:
     """Raises ValueError naming every parameter whose shape or presence is wrong."""
     want = param_shapes(config)
-    got = jax.tree_util.tree_map(lambda a: tuple(a.shape), params)
     problems = []
 
     def walk(w, g, prefix):
+        if isinstance(w, list):
+            if not isinstance(g, (list, tuple)) or len(g) != len(w):
+                got = f"{len(g)} entries" if isinstance(g, (list, tuple)) else type(g).__name__
+                problems.append(f"{prefix.rstrip('/')}: expected a list of {len(w)} layers, got {got}")
+                return
+            for i, (wi, gi) in enumerate(zip(w, g)):
+                walk(wi, gi, f"{prefix}{i}/")
+            return
+        if not isinstance(g, dict):
+            problems.append(f"{prefix.rstrip('/') or 'params'}: expected a dict, got {type(g).__name__}")
+            return
         for key, shape in w.items():
             name = prefix + key
-            if not isinstance(g, dict) or key not in g:
+            if key not in g:
                 problems.append(f"missing {name}")
-            elif isinstance(shape, dict):
+            elif _is_shape(shape):
+                got = tuple(getattr(g[key], "shape", ()))
+                if got != shape:
+                    problems.append(f"{name}: expected {shape}, got {got}")
+            else:
                 walk(shape, g[key], name + "/")
-            elif tuple(g[key]) != shape:
-                problems.append(f"{name}: expected {shape}, got {g[key]}")
-        if isinstance(g, dict):
-            problems.extend(f"unexpected {prefix}{key}" for key in g if key not in w)
+        problems.extend(f"unexpected {prefix}{key}" for key in g if key not in w)
 
-    walk(want, got, "")
+    walk(want, params, "")
     if problems:
         raise ValueError("params do not match the config: " + "; ".join(problems))
 
@@ -202,11 +252,13 @@ def init_params(config: TransformerConfig, key: jax.Array, dtype=jnp.float32,
     """Random normal params (for tests, benchmarks and from-scratch drafts).
 
     Norm weights are the identity of each style (1 for Llama-style, 0 for
-    Gemma's ``1 + w``; Qwen3's head norms are Llama-style).
+    Gemma's ``1 + w``; Qwen3's head norms are Llama-style). The draws are
+    made per stacked [L, ...] array, so a key gives the same weights as it
+    did when the params stored their layers stacked.
     """
     shapes = param_shapes(config)
-    leaves, treedef = jax.tree_util.tree_flatten(
-        shapes, is_leaf=lambda s: isinstance(s, tuple))
+    shapes["layers"] = {k: (config.num_layers,) + s for k, s in layer_shapes(config).items()}
+    leaves, treedef = jax.tree_util.tree_flatten(shapes, is_leaf=_is_shape)
     keys = jax.random.split(key, len(leaves))
     out = [scale * jax.random.normal(k, s, jnp.float32) for k, s in zip(keys, leaves)]
     params = jax.tree_util.tree_unflatten(treedef, out)
@@ -216,4 +268,5 @@ def init_params(config: TransformerConfig, key: jax.Array, dtype=jnp.float32,
         if name in shapes["layers"]:
             value = 1.0 if name in ("q_norm", "k_norm") else norm_value
             params["layers"][name] = jnp.full(shapes["layers"][name], value)
+    params["layers"] = unstack_layers(params["layers"])
     return jax.tree_util.tree_map(lambda a: a.astype(dtype), params)
