@@ -51,6 +51,7 @@ flags.DEFINE_enum("model", "deep", ["deep", "builtin", "llama2-7b"],
                   "deep: 32 layers, d = 512, 4 heads of 128, F = 1376, V = 4000 (the 7B's depth at 1/8 of its "
                   "width); builtin: the built-in target's weights; llama2-7b: the full shape, random weights")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "params and cache dtype")
+flags.DEFINE_integer("layers", None, "deep / llama2-7b: this many layers instead (a quicker run)")
 flags.DEFINE_integer("batch_size", 1, "rows")
 flags.DEFINE_integer("filled", 128, "tokens already in each row's cache")
 flags.DEFINE_list("capacities", ["256", "4096"], "cache capacities (slots per row); the first is the short one")
@@ -74,6 +75,8 @@ def load_model(name: str, dtype):
         ckpt = builtin.load_target(dtype)
         return ckpt.config, ckpt.params
     config = DEEP if name == "deep" else LLAMA2_7B
+    if FLAGS.layers:
+        config = config.replace(num_layers=FLAGS.layers)
     params = jax.jit(functools.partial(transformer.init_params, config, dtype=dtype))(jax.random.key(0))
     return config, params
 

@@ -2,37 +2,47 @@ r"""Per-token and per-step time at the paper's model shapes, against the memory-
 
 Random-init targets and drafts shaped like the paper's pairs
 (``benchmarks/shapes.py``: Llama-2-7B + Llama-68M, Gemma-7B + Gemma-2B), in
-bfloat16, K = 1..4, every method. A decode step of a large model is
-memory-bound: it must read every weight once (and the KV cache). The floor
-of one loop step is
+bfloat16. A decode step of a large model is memory-bound: it must read every
+weight once (and the KV cache). The floor of one loop step is
 
     (target weights + K x draft weights + KV cache bytes read) / bandwidth
 
 for a speculative method (one target forward over K + 1 positions and K
 draft forwards) and (target weights + KV cache) / bandwidth for plain
-decoding. The benchmark prints each method's median step time, its ratio to
+decoding. The benchmark prints each run's median step time, its ratio to
 that floor and the bandwidth used (``--bandwidth_gbs``, or a device table,
 or — on a CPU or an unknown device — a measured streaming-read bandwidth).
 
+What runs: either every (pair, method, K) of ``--pairs`` x ``--methods`` x
+``--lookaheads`` with one ``--decoder`` / ``--top_k`` / ``--batch_size``, or
+``--preset=table``: the rows of the accelerator table in
+``docs/performance.md`` (Llama-2-7B: plain, standard and Alg. 1 at K = 3 with
+Gumbel-max; standard and Alg. 1 with SynthID(m = 30) top-k 100; plain and
+standard at batch 16; Gemma-7B: plain and standard). All runs of a pair share
+its weights and are timed in ``--repeats`` interleaved rounds (median), so
+their ratios come from one run.
+
   # CPU (reduced shapes: width, depth and vocabulary / 8)
   python benchmarks/bench_paper_scale.py --reduce=8 --pairs=llama2 --lookaheads=2,3
-  # GPU (full shapes)
-  python benchmarks/bench_paper_scale.py --pairs=llama2,gemma
+  # GPU (full shapes): the table of docs/performance.md plus the transformers baseline
+  XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_paper_scale.py --preset=table
 
 Random weights give near-uniform distributions, so acceptance (tokens per
 step) says nothing about real pairs; the per-step time is the measurement.
 
 ``--hf_baseline`` (default ``auto``: when torch and a CUDA device are there)
 also times Hugging Face ``transformers``' ``generate`` on a random model of
-the same target shape, dtype, batch, prompt and number of new tokens, with
-its static cache (compiled by ``transformers`` on CUDA;
+the Llama-2 target's shape, dtype, batch, prompt and number of new tokens,
+with its static cache (compiled by ``transformers`` on CUDA;
 ``benchmarks/hf_baseline.py``), in the same interleaved rounds, and prints our
-plain decoding's per-token time over it. Give JAX room for both models:
+plain decoding's speed-up per token over it. Give JAX room for both models:
 ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` (``benchmarks/accelerator_check.sh``
-sets it). Writes ``--output`` (JSON) atomically: per method the rounds' times,
-median ms per token and per step, the floor, compile seconds.
+sets it). Writes ``--output`` (JSON) atomically: per run the rounds' times,
+median ms per token and per step, the floor, the compile seconds, and the
+ratios (``ratios``) the targets in ``docs/performance.md`` are stated in.
 """
 
+import dataclasses
 import os
 import sys
 import time
@@ -50,6 +60,8 @@ import hf_baseline  # noqa: E402
 import shapes  # noqa: E402
 from wmspec_jax import decoders, methods, prf, results, speculative  # noqa: E402
 
+flags.DEFINE_enum("preset", None, ["table"], "run the accelerator table's rows instead of the product of "
+                  "--pairs x --methods x --lookaheads")
 flags.DEFINE_list("pairs", ["llama2", "gemma"], "paper pairs: llama2 (7B + 68M), gemma (7B + 2B)")
 flags.DEFINE_list("lookaheads", ["1", "2", "3", "4"], "K values of the speculative methods")
 flags.DEFINE_list("methods", list(methods.METHODS), "methods to time")
@@ -64,14 +76,52 @@ flags.DEFINE_float("temperature", 1.0, "temperature")
 flags.DEFINE_integer("repeats", 3, "interleaved timing rounds (median)")
 flags.DEFINE_float("bandwidth_gbs", None, "memory bandwidth in GB/s for the floor (default: device table or measured)")
 flags.DEFINE_enum("hf_baseline", "auto", ["auto", "on", "off"],
-                  "time transformers' generate with its static cache on the same target shape (auto: when torch "
-                  "and a CUDA device are there; on: also on a CPU)")
+                  "time transformers' generate with its static cache on the Llama-2 target's shape (auto: when "
+                  "torch and a CUDA device are there; on: also on a CPU)")
 flags.DEFINE_bool("hf_eager", False, "with the baseline, also time transformers' default (dynamic) cache")
 flags.DEFINE_string("output", "results/bench_paper_scale.json", "JSON output")
 FLAGS = flags.FLAGS
 
 # Peak HBM bandwidth of common accelerators (vendor data sheets), GB/s.
 BANDWIDTH_GBS = {"H100": 3350.0, "H200": 4800.0, "A100": 2039.0, "L4": 300.0, "TPU v5 lite": 819.0, "TPU v4": 1200.0}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One timed generation setting."""
+
+    pair: str
+    method: str
+    lookahead: int
+    decoder: str = "gumbel"
+    top_k: int = 0
+    batch_size: int = 1
+
+    @property
+    def label(self) -> str:
+        dec = "synthid" + (f"-top{self.top_k}" if self.top_k else "") if self.decoder == "synthid" else (
+            "gumbel" + (f"-top{self.top_k}" if self.top_k else ""))
+        return f"{self.pair}/{self.method}/K{self.lookahead}/{dec}/b{self.batch_size}"
+
+
+# The rows of the accelerator table (docs/performance.md), K = 3 throughout.
+TABLE = (
+    Run("llama2", "plain", 0), Run("llama2", "standard", 3), Run("llama2", "pseudorandom", 3),
+    Run("llama2", "standard", 3, "synthid", 100), Run("llama2", "pseudorandom", 3, "synthid", 100),
+    Run("llama2", "plain", 0, batch_size=16), Run("llama2", "standard", 3, batch_size=16),
+    Run("gemma", "plain", 0), Run("gemma", "standard", 3),
+)
+
+
+def runs_from_flags() -> list:
+    if FLAGS.preset == "table":
+        return list(TABLE)
+    out = []
+    for pair in FLAGS.pairs:
+        for method in FLAGS.methods:
+            for k in (map(int, FLAGS.lookaheads) if methods.METHODS[method].speculative else [0]):
+                out.append(Run(pair, method, k, FLAGS.decoder, FLAGS.top_k, FLAGS.batch_size))
+    return out
 
 
 def measured_bandwidth_gbs() -> float:
@@ -104,6 +154,27 @@ def kv_bytes(config, batch: int, context: int, dtype_bytes: int) -> int:
     return 2 * config.num_layers * batch * context * config.num_kv_heads * config.head_dim * dtype_bytes
 
 
+def _call(pair, run: Run):
+    """(generate's positional args, keyword args) of a run, on random prompts."""
+    b = run.batch_size
+    vocab = pair.target_config.vocab_size
+    prompts = np.random.default_rng(0).integers(0, vocab, size=(b, FLAGS.prompt_length)).astype(np.int32)
+    lengths = np.full(b, FLAGS.prompt_length, np.int32)
+    keys = prf.stream_keys([f"paper-scale-{i}" for i in range(b)])
+    rngs = jax.random.split(jax.random.key(0), b)
+    cfg = speculative.SpeculativeConfig(method=run.method, decoder=decoders.WatermarkDecoder(run.decoder, 30),
+                                        lookahead=run.lookahead, max_new_tokens=FLAGS.max_new_tokens,
+                                        temperature=FLAGS.temperature, top_k=run.top_k or None)
+    extra = dict(draft=pair.draft, draft_params=pair.draft_params) if run.lookahead else {}
+    return (pair.target, pair.target_params, prompts, lengths, keys, rngs, cfg), extra
+
+
+def _within_round(times: dict, a, b) -> list:
+    """Median, min and max over rounds of the ratio a / b within a round (the two ran back to back)."""
+    r = np.asarray(times[a]) / np.asarray(times[b])
+    return [float(np.median(r)), float(r.min()), float(r.max())]
+
+
 def main(argv):
     del argv
     on_cpu = jax.devices()[0].platform == "cpu"
@@ -112,109 +183,115 @@ def main(argv):
     gbs, source = bandwidth()
     print(f"device {jax.devices()[0].device_kind}, bandwidth {gbs:.0f} GB/s ({source}), shapes / {reduce}, "
           f"{FLAGS.dtype}", flush=True)
-    dec = decoders.WatermarkDecoder(FLAGS.decoder, 30)
     hf_ok, hf_why = hf_baseline.available(require_gpu=FLAGS.hf_baseline == "auto")
     use_hf = FLAGS.hf_baseline != "off" and hf_ok
     if FLAGS.hf_baseline == "on" and not hf_ok:
         raise SystemExit(f"--hf_baseline=on: {hf_why}")
-    b = FLAGS.batch_size
+    all_runs = runs_from_flags()
     out = {"device": jax.devices()[0].device_kind, "bandwidth_gbs": gbs, "bandwidth_source": source,
-           "reduce": reduce, "dtype": FLAGS.dtype, "decoder": dec.label, "top_k": FLAGS.top_k or None,
-           "batch_size": b, "max_new_tokens": FLAGS.max_new_tokens, "rows": [],
-           "hf_baseline": None if use_hf else f"not run: {hf_why or '--hf_baseline=off'}"}
-    for pair_name in FLAGS.pairs:
+           "reduce": reduce, "dtype": FLAGS.dtype, "prompt_length": FLAGS.prompt_length,
+           "max_new_tokens": FLAGS.max_new_tokens, "repeats": FLAGS.repeats, "rows": [], "ratios": {},
+           "hf_baseline": "run" if use_hf else f"not run: {hf_why or '--hf_baseline=off'}"}
+    for pair_name in dict.fromkeys(r.pair for r in all_runs):
         pair = shapes.paper_pair(pair_name, reduce, dtype)
         tbytes, dbytes = shapes.param_bytes(pair.target_params), shapes.param_bytes(pair.draft_params)
         print(f"\n{pair_name}: target {tbytes / 1e9:.3f} GB, draft {dbytes / 1e9:.3f} GB", flush=True)
-        vocab = pair.target_config.vocab_size
-        prompts = np.random.default_rng(0).integers(0, vocab, size=(b, FLAGS.prompt_length)).astype(np.int32)
-        lengths = np.full(b, FLAGS.prompt_length, np.int32)
-        keys = prf.stream_keys([f"paper-scale-{i}" for i in range(b)])
-        rngs = jax.random.split(jax.random.key(0), b)
         calls, compile_s = {}, {}
-        for method in FLAGS.methods:
-            spec = methods.METHODS[method]
-            for k in (map(int, FLAGS.lookaheads) if spec.speculative else [0]):
-                cfg = speculative.SpeculativeConfig(method=method, decoder=dec, lookahead=k,
-                                                    max_new_tokens=FLAGS.max_new_tokens,
-                                                    temperature=FLAGS.temperature, top_k=FLAGS.top_k or None)
-                extra = dict(draft=pair.draft, draft_params=pair.draft_params) if k else {}
-                args = (pair.target, pair.target_params, prompts, lengths, keys, rngs, cfg)
-                t0 = time.perf_counter()
-                speculative.precompile(*args, **extra)
-                compile_s[(method, k)] = time.perf_counter() - t0
-                print(f"  compiled {method} K={k} in {compile_s[(method, k)]:.1f} s", flush=True)
-                calls[(method, k)] = (args, extra)
+        for run in (r for r in all_runs if r.pair == pair_name):
+            args, extra = _call(pair, run)
+            t0 = time.perf_counter()
+            speculative.precompile(*args, **extra)
+            compile_s[run] = time.perf_counter() - t0
+            print(f"  compiled {run.label} in {compile_s[run]:.1f} s", flush=True)
+            calls[run] = (args, extra)
         hf_calls = {}
-        if use_hf and pair.target_config.family in ("llama", "gemma"):
-            hf_calls = hf_calls_for(pair.target_config, prompts.shape, compile_s)
+        if use_hf and pair_name == "llama2":
+            hf_calls = hf_calls_for(pair.target_config, compile_s)
         times = {c: [] for c in list(calls) + list(hf_calls)}
         counts = {}
         for r in range(FLAGS.repeats):
-            for c, (args, extra) in calls.items():
+            for run, (args, extra) in calls.items():
                 t0 = time.perf_counter()
                 res = speculative.generate(*args, **extra)
                 jax.block_until_ready(res.tokens)
-                times[c].append(time.perf_counter() - t0)
-                counts[c] = (int(np.sum(np.asarray(res.lengths - res.prompt_lengths))),
-                             int(np.max(np.asarray(res.num_steps))))
-            for c, call in hf_calls.items():
+                times[run].append(time.perf_counter() - t0)
+                counts[run] = (int(np.sum(np.asarray(res.lengths - res.prompt_lengths))),
+                               int(np.max(np.asarray(res.num_steps))))
+            for name, call in hf_calls.items():
                 seconds, tokens = hf_baseline.time_once(call)
-                times[c].append(seconds)
-                counts[c] = (tokens, FLAGS.max_new_tokens)
+                times[name].append(seconds)
+                counts[name] = (tokens, FLAGS.max_new_tokens)
             print(f"  round {r + 1}/{FLAGS.repeats}", flush=True)
         context = FLAGS.prompt_length + FLAGS.max_new_tokens // 2
-        print(f"  {'method':13s} {'K':>2s} {'ms/token':>9s} {'ms/step':>9s} {'floor ms':>9s} {'/floor':>7s} "
-              f"{'tok/step':>8s}")
-        for (method, k), t in times.items():
-            tokens, steps = counts[(method, k)]
-            med = float(np.median(t))
-            if method.startswith("transformers"):
-                row = {"pair": pair_name, "method": method, "lookahead": 0, "seconds": t, "tokens": tokens,
-                       "ms_per_token": 1e3 * med / tokens, "first_call_s": compile_s[(method, k)]}
-                out["rows"].append(row)
-                print(f"  {method:13s}  - {row['ms_per_token']:9.3f}", flush=True)
-                continue
+        print(f"  {'run':40s} {'ms/token':>9s} {'ms/step':>9s} {'floor ms':>9s} {'/floor':>7s} {'tok/step':>8s} "
+              f"{'compile s':>9s}")
+        for run in calls:
+            tokens, steps = counts[run]
+            med = float(np.median(times[run]))
+            b, k = run.batch_size, run.lookahead
             kv = kv_bytes(pair.target_config, b, context, dtype.itemsize)
             floor_bytes = tbytes + kv + (k * (dbytes + kv_bytes(pair.draft_config, b, context, dtype.itemsize))
                                          if k else 0)
             floor_ms = 1e3 * floor_bytes / (gbs * 1e9)
-            row = {"pair": pair_name, "method": method, "lookahead": k, "seconds": t, "tokens": tokens,
+            row = {**dataclasses.asdict(run), "label": run.label, "seconds": times[run], "tokens": tokens,
                    "loop_steps": steps, "ms_per_token": 1e3 * med / tokens, "ms_per_step": 1e3 * med / steps,
                    "floor_bytes_per_step": floor_bytes, "floor_ms_per_step": floor_ms,
                    "step_over_floor": 1e3 * med / steps / floor_ms, "tokens_per_step": tokens / (steps * b),
-                   "compile_s": compile_s[(method, k)]}
+                   "compile_s": compile_s[run]}
             out["rows"].append(row)
-            print(f"  {method:13s} {k:2d} {row['ms_per_token']:9.3f} {row['ms_per_step']:9.3f} {floor_ms:9.3f} "
-                  f"{row['step_over_floor']:7.2f} {row['tokens_per_step']:8.2f}", flush=True)
-        if ("plain", 0) in times:
-            for c in hf_calls:
-                ours = np.asarray(times[("plain", 0)]) / counts[("plain", 0)][0]
-                theirs = np.asarray(times[c]) / counts[c][0]
-                speedup = theirs / ours  # within each round: both ran back to back
-                out.setdefault("speedup_over_transformers", {})[f"{pair_name}/{c[0]}"] = [
-                    float(np.median(speedup)), float(speedup.min()), float(speedup.max())]
-                print(f"  plain decoding is {np.median(speedup):.2f}x faster per token than {c[0]} "
-                      f"(rounds: {speedup.min():.2f}-{speedup.max():.2f})", flush=True)
+            print(f"  {run.label:40s} {row['ms_per_token']:9.3f} {row['ms_per_step']:9.3f} {floor_ms:9.3f} "
+                  f"{row['step_over_floor']:7.2f} {row['tokens_per_step']:8.2f} {compile_s[run]:9.1f}", flush=True)
+        for name in hf_calls:
+            tokens, _ = counts[name]
+            row = {"pair": pair_name, "method": name, "label": f"{pair_name}/{name}/b1", "seconds": times[name],
+                   "tokens": tokens, "ms_per_token": 1e3 * float(np.median(times[name])) / tokens,
+                   "first_call_s": compile_s[name]}
+            out["rows"].append(row)
+            print(f"  {row['label']:40s} {row['ms_per_token']:9.3f}", flush=True)
+        out["ratios"].update(pair_ratios(pair_name, calls, times, counts, hf_calls))
+        for name, (m, lo, hi) in out["ratios"].items():
+            if name.startswith(pair_name):
+                print(f"  {name:48s} {m:6.3f}  [{lo:.3f}, {hi:.3f}]", flush=True)
         results.atomic_write_json(FLAGS.output, out)
     print(f"wrote {FLAGS.output}")
 
 
-def hf_calls_for(target_config, prompt_shape, compile_s: dict) -> dict:
-    """{(name, 0): call} of transformers' generate on the target's shape (warmed up: the first
-    call compiles, its time goes to ``compile_s``)."""
-    batch, prompt_length = prompt_shape
+def pair_ratios(pair_name, calls, times, counts, hf_calls) -> dict:
+    """Alg. 1 / standard per step for each (decoder, batch) that has both, and the transformers
+    baselines' per-token time over our plain decoding's (a speed-up; > 1: ours is faster)."""
+    ratios = {}
+    per_step = {run: np.asarray(times[run]) / counts[run][1] for run in calls}
+    for run in calls:
+        if run.method != "pseudorandom":
+            continue
+        standard = dataclasses.replace(run, method="standard")
+        if standard in calls:
+            r = per_step[run] / per_step[standard]
+            ratios[f"{run.label}: alg1/standard per step"] = [float(np.median(r)), float(r.min()), float(r.max())]
+    plain = Run(pair_name, "plain", 0)
+    if plain in calls:
+        ours = np.asarray(times[plain]) / counts[plain][0]
+        for name in hf_calls:
+            theirs = np.asarray(times[name]) / counts[name][0]
+            r = theirs / ours
+            ratios[f"{pair_name}: {name} / plain per token"] = [float(np.median(r)), float(r.min()), float(r.max())]
+    return ratios
+
+
+def hf_calls_for(target_config, compile_s: dict) -> dict:
+    """{name: call} of transformers' generate on the target's shape at batch 1 (warmed up: the first
+    call compiles on CUDA; its time goes to ``compile_s``)."""
     model = hf_baseline.torch_model(target_config, FLAGS.dtype)
     calls = {}
     for name, static in (("transformers_static", True), ("transformers_eager", False)):
         if not static and not FLAGS.hf_eager:
             continue
-        call = hf_baseline.generate_call(model, batch, prompt_length, FLAGS.max_new_tokens, static_cache=static)
-        seconds, _ = hf_baseline.time_once(call)  # compiles (static cache on CUDA) and warms up
+        call = hf_baseline.generate_call(model, 1, FLAGS.prompt_length, FLAGS.max_new_tokens, static_cache=static)
+        seconds, _ = hf_baseline.time_once(call)
         hf_baseline.time_once(call)
-        compile_s[(name, 0)] = seconds
+        compile_s[name] = seconds
         print(f"  {name}: first call {seconds:.1f} s", flush=True)
-        calls[(name, 0)] = call
+        calls[name] = call
     return calls
 
 

@@ -61,6 +61,7 @@ flags.DEFINE_integer("vocab", 8192, "reduced target: vocabulary")
 flags.DEFINE_integer("batch_7b", 8, "KV-cache rows for the 7B memory table")
 flags.DEFINE_integer("cache_7b", 4096, "KV-cache slots per row for the 7B memory table")
 flags.DEFINE_string("json", "", "write the results here (atomically)")
+flags.DEFINE_list("parts", ["steps", "memory", "gpu"], "which of the three parts to run (module doc)")
 
 LLAMA2_7B = TransformerConfig(family="llama", vocab_size=32000, hidden_size=4096,
                               intermediate_size=11008, num_layers=32, num_heads=32,
@@ -174,25 +175,30 @@ def main(argv):
                "reduced_target": {"hidden": FLAGS.hidden, "layers": FLAGS.layers, "vocab": FLAGS.vocab},
                "batch": FLAGS.batch, "lookahead": FLAGS.lookahead, "max_new_tokens": FLAGS.max_new_tokens}
     print(f"backend {results['backend']}, {results['devices']} devices")
-    print("1) speculative loop (standard, K=%d), reduced target: time per loop step" % FLAGS.lookahead)
-    results["step_times"] = step_times(reduced_target())
-    print(f"{'mesh':16} {'ms/step':>9} {'IQR':>17} {'ratio':>6} {'same tokens':>12}")
-    for name, r in results["step_times"].items():
-        print(f"{name:16} {r['ms_per_step']:9.2f} {r['iqr_ms'][0]:8.2f}-{r['iqr_ms'][1]:<8.2f} "
-              f"{r['ratio_to_1_device']:6.2f} {str(r['same_tokens_as_1_device']):>12}", flush=True)
-    print(f"2) 7B-shaped targets, bfloat16, KV cache {FLAGS.batch_7b} x {FLAGS.cache_7b}: GiB per device")
-    results["memory_7b"] = {}
-    for name, cfg in (("llama2-7b", LLAMA2_7B), ("qwen2.5-7b", QWEN25_7B)):
-        rows = memory_table(cfg)
-        results["memory_7b"][name] = rows
-        for r in rows:
-            print(f"{name:11} model={r['model']}  params {r['params'] / 1e9:.2f}e9  "
-                  f"weights {r['param_gib_per_device']:6.2f}  cache {r['cache_gib_per_device']:6.2f}")
-    results["gpu"] = gpu_memory(LLAMA2_7B)
-    if results["gpu"] is None:
+    if "steps" in FLAGS.parts:
+        print("1) speculative loop (standard, K=%d), reduced target: time per loop step" % FLAGS.lookahead)
+        results["step_times"] = step_times(reduced_target())
+        print(f"{'mesh':16} {'ms/step':>9} {'IQR':>17} {'ratio':>6} {'same tokens':>12}")
+        for name, r in results["step_times"].items():
+            print(f"{name:16} {r['ms_per_step']:9.2f} {r['iqr_ms'][0]:8.2f}-{r['iqr_ms'][1]:<8.2f} "
+                  f"{r['ratio_to_1_device']:6.2f} {str(r['same_tokens_as_1_device']):>12}", flush=True)
+    if "memory" in FLAGS.parts:
+        print(f"2) 7B-shaped targets, bfloat16, KV cache {FLAGS.batch_7b} x {FLAGS.cache_7b}: GiB per device")
+        results["memory_7b"] = {}
+        for name, cfg in (("llama2-7b", LLAMA2_7B), ("qwen2.5-7b", QWEN25_7B)):
+            rows = memory_table(cfg)
+            results["memory_7b"][name] = rows
+            for r in rows:
+                print(f"{name:11} model={r['model']}  params {r['params'] / 1e9:.2f}e9  "
+                      f"weights {r['param_gib_per_device']:6.2f}  cache {r['cache_gib_per_device']:6.2f}")
+    if "gpu" not in FLAGS.parts:
+        pass
+    elif (gpu := gpu_memory(LLAMA2_7B)) is None:
+        results["gpu"] = None
         print("3) GPU: no GPU in this run: the measured memory per device of a 7B-shaped target at "
               "model=1 is still to be measured (run this script on a GPU node).")
     else:
+        results["gpu"] = gpu
         print("3) GPU, llama2-7b shape, model=1:", results["gpu"])
     if FLAGS.json:
         directory = os.path.dirname(os.path.abspath(FLAGS.json))

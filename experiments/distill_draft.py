@@ -391,8 +391,9 @@ def draft_logits(cfg, params, seq, pred_pos, reduced: bool = False):
     n, s = seq.shape
     cache = init_cache(cfg, n, s, dtype=params["embed"].dtype)
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (n, s))
+    # One attention block over the whole sequence: no data-dependent loop, so it differentiates.
     h, _ = transformer.hidden_states(cfg, params, seq, positions, cache,
-                                     jnp.full((n,), s, jnp.int32))
+                                     jnp.full((n,), s, jnp.int32), attention_block=s)
     h = jnp.take_along_axis(h, pred_pos[..., None], axis=1)
     if "head_ids" in params:
         if reduced:

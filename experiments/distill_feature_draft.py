@@ -163,7 +163,9 @@ def target_hidden(cfg, params, seq):
     n, s = seq.shape
     cache = init_cache(cfg, n, s, dtype=params["embed"].dtype)
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (n, s))
-    h, _ = transformer.hidden_states(cfg, params, seq, positions, cache, jnp.full((n,), s, jnp.int32))
+    # One attention block over the whole sequence: no data-dependent loop, so it differentiates.
+    h, _ = transformer.hidden_states(cfg, params, seq, positions, cache, jnp.full((n,), s, jnp.int32),
+                                     attention_block=s)
     return h
 
 
@@ -177,7 +179,7 @@ def draft_hidden(cfg, params, seq, prev_features):
     cache = init_cache(cfg, n, s, dtype=params["embed"].dtype)
     positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (n, s))
     h, _ = feature_draft.hidden_states(cfg, params, seq, prev_features, positions, cache,
-                                       jnp.full((n,), s, jnp.int32))
+                                       jnp.full((n,), s, jnp.int32), attention_block=s)
     return h
 
 

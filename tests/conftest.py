@@ -23,6 +23,7 @@ LONGEST_FILES = (
     "test_cli.py",            # ~85 s: wmspec-generate / wmspec-detect on the built-in pair
     "test_sharding.py",       # ~70 s: 8 forced devices in a subprocess
     "test_sharded_runs.py",   # ~65 s: 8 devices, two jax.distributed processes
+    "test_benchmarks.py",     # ~45 s: the accelerator check at reduced shapes, six processes
 )
 
 

@@ -107,3 +107,24 @@ def test_attention_block_is_validated():
         protocol.make_language_model(GQA, name="tiny", attention_block=0)
     with pytest.raises(TypeError, match="attention_block must be an int"):
         protocol.make_language_model(GQA, name="tiny", attention_block=2.5)
+
+
+def test_training_differentiates_through_one_block():
+    """Teacher forcing (the distillation scripts) passes a block of the whole sequence: no loop with
+    data-dependent bounds, so reverse-mode differentiation works; in several blocks, with traced
+    positions, it cannot."""
+    params = transformer.init_params(GQA, jax.random.key(5), scale=0.3)
+    seq = jnp.asarray(np.random.default_rng(6).integers(0, 50, size=(2, 12)), jnp.int32)
+
+    def loss(p, positions, block):
+        cache = protocol.cache_lib.init_cache(GQA, 2, 12)
+        h, _ = transformer.hidden_states(GQA, p, seq, positions, cache, jnp.full((2,), 12, jnp.int32),
+                                         attention_block=block)
+        return jnp.mean(transformer.lm_logits(GQA, p, h) ** 2)
+
+    positions = jnp.broadcast_to(jnp.arange(12, dtype=jnp.int32), (2, 12))
+    grads = jax.jit(jax.grad(loss), static_argnums=2)(params, positions, 12)
+    assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree_util.tree_leaves(grads))
+    assert float(jnp.abs(grads["layers"][0]["wq"]).max()) > 0
+    with pytest.raises(ValueError, match="Reverse-mode differentiation does not work"):
+        jax.jit(jax.grad(loss), static_argnums=2)(params, positions, 4)

@@ -16,15 +16,15 @@ The cache keeps every slot of a sliding layer (a departure in memory, not in
 results, from transformers' ring-buffer caches): rollback then stays a
 length-pointer move for every layer.
 
-**Cost follows the filled length.** A cache of at most ``block`` slots is
-attended in one masked pass. A longer one is read block by block
-(:func:`attend`): a ``fori_loop`` over the blocks from the first slot any
-query of the batch can see to the last position of the longest row, with an
-online softmax (FlashAttention's running maximum and sum, in float32). A
-decode step with 128 tokens in a 4096-slot cache so reads one 256-slot block
-per layer, not 4096 slots. Blocks past a row's own length, or before its
-window, add exact zeros to its sums (weight 0, running factor exactly 1), so
-a row's output does not depend on how long the other rows of its batch are.
+**Cost follows the filled length.** The cache is read in blocks of ``block``
+slots (:func:`attend`) with an online softmax (FlashAttention's running
+maximum and sum, in float32): one block when the cache fits in one, else a
+``fori_loop`` over the blocks from the first slot any query of the batch can
+see to the last position of the longest row. A decode step with 128 tokens in
+a 4096-slot cache so reads one 256-slot block per layer, not 4096 slots.
+Blocks past a row's own length, or before its window, add exact zeros to its
+sums (weight 0, running factor exactly 1), so a row's output does not depend
+on how long the other rows of its batch are.
 """
 
 from __future__ import annotations
@@ -126,29 +126,23 @@ def attend(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax
         this call's keys and values.
       positions: int32[B, T]; the query at ``p`` sees slots ``(p - window, p]``.
       window: static int (``GLOBAL_WINDOW`` for global layers).
-      block: static slots per block. ``S <= block``: one masked pass over the
-        cache. Otherwise the blocks that any query of the batch can see,
-        ``[min(p) - window + 1, max(p)]``, one at a time with an online
-        softmax (module doc).
+      block: static slots per block. ``S <= block``: the whole cache as one
+        block. Otherwise the blocks that any query of the batch can see,
+        ``[min(p) - window + 1, max(p)]``, one at a time (module doc).
 
     Returns:
       dtype[B, T, H, Dh] (``values.dtype``).
+
+    With more than one block the loop's bounds depend on ``positions`` (a
+    ``while_loop``), which reverse-mode differentiation does not support:
+    training code that differentiates through the model passes a ``block``
+    of at least the cache capacity (one block, no loop).
     """
     b, t, nh, dh = q.shape
     nkv, capacity = config.num_kv_heads, keys.shape[1]
     qg = q.reshape(b, t, nkv, config.q_per_kv, dh)
-    if capacity <= block:
-        scores = _scores(config, qg, keys)
-        visible = _visible(jnp.arange(capacity), positions, window, capacity)
-        scores = jnp.where(visible[:, None, None], scores, jnp.finfo(jnp.float32).min)
-        probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
-        return jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, nh, dh)
-
+    block = min(block, capacity)
     num_blocks = -(-capacity // block)
-    last = jnp.max(positions)
-    first = jnp.maximum(jnp.min(positions) - window + 1, 0) if window < capacity else 0
-    lo = jnp.clip(first // block, 0, num_blocks)
-    hi = jnp.clip(last // block + 1, lo, num_blocks)
 
     def one_block(i, carry):
         run_max, run_sum, acc = carry
@@ -174,7 +168,14 @@ def attend(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax
     stats = (b, nkv, config.q_per_kv, t)
     init = (jnp.full(stats, -jnp.inf, jnp.float32), jnp.zeros(stats, jnp.float32),
             jnp.zeros(stats + (dh,), jnp.float32))
-    _, run_sum, acc = jax.lax.fori_loop(lo, hi, one_block, init)
+    if num_blocks == 1:
+        _, run_sum, acc = one_block(0, init)
+    else:
+        last = jnp.max(positions)
+        first = jnp.maximum(jnp.min(positions) - window + 1, 0) if window < capacity else 0
+        lo = jnp.clip(first // block, 0, num_blocks)
+        hi = jnp.clip(last // block + 1, lo, num_blocks)
+        _, run_sum, acc = jax.lax.fori_loop(lo, hi, one_block, init)
     # A query that sees no slot (only an unwritten one past the cache) gets 0, not 0 / 0.
     out = acc / jnp.where(run_sum > 0, run_sum, 1.0)[..., None]
     return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(b, t, nh, dh).astype(values.dtype)

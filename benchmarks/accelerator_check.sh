@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# One accelerator check: the speed table at the paper's shapes, the transformers
+# baseline, the decode step against its references, the 7B memory per device,
+# batch invariance, and the tests behind the claims, run on this machine's
+# default JAX device; one JSON (plus each part's log) in OUT_DIR.
+#
+#   bash benchmarks/accelerator_check.sh [OUT_DIR]      # default results/accelerator_check
+#
+# On a GPU / TPU everything runs at full size (about 8 minutes on one H100 /
+# H200, most of it compilation). On a CPU the shapes are reduced (CHECK_REDUCE,
+# default 16) so the same script runs anywhere; the suite runs it that way.
+# Settings (environment):
+#   CHECK_PYTHON      interpreter (default: ./.venv/bin/python if present, else python3)
+#   CHECK_REDUCE      divide the paper shapes' width, depth and vocabulary (default 1; CPU 16)
+#   CHECK_REPEATS     interleaved timing rounds (default 3)
+#   CHECK_NEW_TOKENS  generated tokens per row (default 64)
+#   CHECK_LAYERS      decode-step benchmark: layers of the 7B-shaped model (default all 32; CPU 4)
+#   CHECK_TESTS       pytest -k expression of the tests to run ("none": skip them)
+#   CHECK_TIMEOUT     seconds allowed to each part (default 600)
+#   CHECK_PAPER_RUNS  which runs bench_paper_scale times (default --preset=table: the table of
+#                     docs/performance.md; e.g. "--pairs=llama2 --methods=plain" for a quick run)
+#   CHECK_DECODE_FLAGS, CHECK_INVARIANCE_FLAGS
+#                     extra flags for bench_decode_step, batch_invariance (appended: they
+#                     override the script's own)
+# A part that fails or times out is recorded as such; the others still run.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT_DIR="$(mkdir -p "${1:-$ROOT/results/accelerator_check}" && cd "${1:-$ROOT/results/accelerator_check}" && pwd)"
+cd "$ROOT"
+if [ -n "${CHECK_PYTHON:-}" ]; then PY="$CHECK_PYTHON"
+elif [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"
+else PY=python3; fi
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# JAX and torch share the device in the baseline: no preallocation of most of its memory.
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+BACKEND="$("$PY" -c 'import jax; print(jax.default_backend())' 2>/dev/null)" || BACKEND=unknown
+if [ "$BACKEND" = cpu ]; then
+  REDUCE="${CHECK_REDUCE:-16}"; LAYERS="${CHECK_LAYERS:-4}"; DECODE_MODEL=deep
+else
+  REDUCE="${CHECK_REDUCE:-1}"; LAYERS="${CHECK_LAYERS:-32}"; DECODE_MODEL=llama2-7b
+fi
+REPEATS="${CHECK_REPEATS:-3}"
+NEW_TOKENS="${CHECK_NEW_TOKENS:-64}"
+TIMEOUT="${CHECK_TIMEOUT:-600}"
+TESTS="${CHECK_TESTS:-thm41a_output_distribution or thm41b or function_of_key_and_prompt or row_of_a_batch or transformers or bit_identical or float64_reference}"
+echo "accelerator check: backend $BACKEND, shapes / $REDUCE, $REPEATS rounds, $NEW_TOKENS new tokens -> $OUT_DIR"
+STATUS_FILE="$OUT_DIR/parts.tsv"
+: > "$STATUS_FILE"
+
+part() {  # part NAME COMMAND...: runs one part under the timeout, logs it, records its exit status and seconds
+  local name="$1"; shift
+  local t0=$SECONDS
+  echo "== $name"
+  timeout "$TIMEOUT" "$@" > "$OUT_DIR/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$OUT_DIR/$name.log"
+  printf '%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - t0))" >> "$STATUS_FILE"
+}
+
+part device "$PY" -c 'import jax, json; d = jax.devices()[0]; print(json.dumps({"backend": jax.default_backend(), "device_kind": d.device_kind, "devices": len(jax.devices()), "jax": jax.__version__}))'
+if command -v nvidia-smi > /dev/null; then nvidia-smi > "$OUT_DIR/nvidia-smi.log" 2>&1; fi
+part paper_scale "$PY" benchmarks/bench_paper_scale.py ${CHECK_PAPER_RUNS:---preset=table} --reduce="$REDUCE" \
+  --repeats="$REPEATS" --max_new_tokens="$NEW_TOKENS" --output="$OUT_DIR/paper_scale.json"
+part decode_step "$PY" -m benchmarks.bench_decode_step --model="$DECODE_MODEL" --layers="$LAYERS" \
+  --dtype=bfloat16 --capacities=256,4096 --repeats="$REPEATS" --output="$OUT_DIR/decode_step.json" \
+  ${CHECK_DECODE_FLAGS:-}
+part memory_7b "$PY" benchmarks/bench_sharding.py --parts=memory,gpu --json="$OUT_DIR/memory_7b.json"
+part batch_invariance "$PY" -m benchmarks.batch_invariance --max_new_tokens="$((NEW_TOKENS < 32 ? NEW_TOKENS : 32))" \
+  --output="$OUT_DIR/batch_invariance.json" ${CHECK_INVARIANCE_FLAGS:-}
+if [ "${CHECK_TESTS:-}" != none ]; then
+  part tests "$PY" -m pytest -q -p no:cacheprovider -o addopts="" tests/test_speculative.py \
+    tests/models/test_parity.py tests/models/test_attention.py -k "$TESTS" --junitxml="$OUT_DIR/tests.xml"
+fi
+
+"$PY" - "$OUT_DIR" <<'PY'
+import json, os, sys, xml.etree.ElementTree as ET
+out_dir = sys.argv[1]
+report = {"parts": {}}
+with open(os.path.join(out_dir, "parts.tsv")) as f:
+    for line in f:
+        name, rc, seconds = line.rstrip("\n").split("\t")
+        report["parts"][name] = {"exit_status": int(rc), "seconds": int(seconds),
+                                 "timed_out": int(rc) in (124, 137)}
+device_log = os.path.join(out_dir, "device.log")
+if os.path.exists(device_log):
+    lines = [l for l in open(device_log) if l.startswith("{")]
+    report["device"] = json.loads(lines[-1]) if lines else None
+for name in ("paper_scale", "decode_step", "memory_7b", "batch_invariance"):
+    path = os.path.join(out_dir, name + ".json")
+    report[name] = json.load(open(path)) if os.path.exists(path) else None
+xml_path = os.path.join(out_dir, "tests.xml")
+if os.path.exists(xml_path):
+    cases = []
+    for case in ET.parse(xml_path).getroot().iter("testcase"):
+        outcome = "passed"
+        for tag in ("failure", "error", "skipped"):
+            if case.find(tag) is not None:
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+        cases.append({"test": f"{case.get('classname')}::{case.get('name')}", "outcome": outcome})
+    report["tests"] = cases
+tmp = os.path.join(out_dir, ".accelerator_check.json.tmp")
+with open(tmp, "w") as f:
+    json.dump(report, f, indent=1)
+os.replace(tmp, os.path.join(out_dir, "accelerator_check.json"))
+failed = [n for n, p in report["parts"].items() if p["exit_status"] != 0]
+print(f"wrote {os.path.join(out_dir, 'accelerator_check.json')}; parts failed: {failed or 'none'}")
+PY

@@ -1,0 +1,30 @@
+"""The accelerator check runs anywhere: on the CPU at reduced shapes it produces every part of its JSON."""
+
+import json
+import os
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_accelerator_check_runs_on_the_cpu_at_reduced_shapes(tmp_path):
+    env = dict(os.environ, CHECK_REDUCE="32", CHECK_REPEATS="1", CHECK_NEW_TOKENS="4", CHECK_LAYERS="1",
+               CHECK_PAPER_RUNS="--pairs=llama2 --methods=plain",
+               CHECK_DECODE_FLAGS="--capacities=64,256 --filled=16 --steps=2",
+               CHECK_INVARIANCE_FLAGS="--num_prompts=2 --dtypes=float32 --decoders=gumbel",
+               CHECK_TESTS="float64_reference and 64 and 5-None", CHECK_TIMEOUT="300")
+    done = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "accelerator_check.sh"), str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "accelerator_check.json").read_text())
+    assert set(report["parts"]) == {"device", "paper_scale", "decode_step", "memory_7b", "batch_invariance",
+                                    "tests"}
+    assert all(p["exit_status"] == 0 for p in report["parts"].values()), report["parts"]
+    assert report["device"]["backend"] == "cpu"
+    labels = {row["label"] for row in report["paper_scale"]["rows"]}
+    assert labels == {"llama2/plain/K0/gumbel/b1"}
+    assert all(row["step_over_floor"] > 0 and row["compile_s"] > 0 for row in report["paper_scale"]["rows"])
+    assert {"ours@64", "minimal@64", "rolled@64", "ours@256"} <= set(report["decode_step"]["ms_per_step"])
+    assert report["memory_7b"]["memory_7b"]["llama2-7b"][0]["params"] > 6.7e9
+    assert report["batch_invariance"]["settings"][0]["rows"] == 2
+    assert report["tests"] and all(t["outcome"] == "passed" for t in report["tests"])
