@@ -27,7 +27,7 @@ from absl import app, flags
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from wmspec_jax import experiment, sharding  # noqa: E402
-from wmspec_jax.cli import flags as script_flags  # noqa: E402
+from wmspec_jax.experiment import flags as script_flags  # noqa: E402
 
 script_flags.define_flags()
 flags.DEFINE_string("output_dir", "results/detection", "where outputs go")
@@ -44,4 +44,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(experiment.script_main(main))

@@ -18,6 +18,7 @@ import numpy as np
 from absl import app, flags
 
 from wmspec_jax import decoders, prf, results, theory
+from wmspec_jax.experiment.session import script_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "results/quickstart", "Where quickstart.json goes.")
@@ -55,4 +56,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(script_main(main))

@@ -44,7 +44,7 @@ from absl import app, flags
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from wmspec_jax import experiment, results, sharding  # noqa: E402
-from wmspec_jax.cli import flags as script_flags  # noqa: E402
+from wmspec_jax.experiment import flags as script_flags  # noqa: E402
 
 PARTS = ("tradeoff", "speculative", "detection")
 
@@ -139,4 +139,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(experiment.script_main(main))

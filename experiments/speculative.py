@@ -13,7 +13,7 @@ rerunning with the same flags only generates what is missing.
 The watermark secret comes from ``$WMSPEC_SECRET`` (or ``--secret_env`` /
 ``--secret_file``); without one the public demo secret is used, with a
 warning. Every flag is validated before any work; one process at a time may
-write an output directory. Flags: ``wmspec_jax.cli.flags.FLAG_HELP``
+write an output directory. Flags: ``wmspec_jax.experiment.flags.FLAG_HELP``
 (``--helpfull``).
 """
 
@@ -25,7 +25,7 @@ from absl import app, flags
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from wmspec_jax import experiment, sharding  # noqa: E402
-from wmspec_jax.cli import flags as script_flags  # noqa: E402
+from wmspec_jax.experiment import flags as script_flags  # noqa: E402
 
 script_flags.define_flags()
 flags.DEFINE_string("output_dir", "results/speculative", "where outputs go")
@@ -42,4 +42,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(experiment.script_main(main))

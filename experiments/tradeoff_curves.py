@@ -36,6 +36,7 @@ import jax
 
 from wmspec_jax import prf, results
 from wmspec_jax import tradeoff as to
+from wmspec_jax.experiment.session import script_main
 from wmspec_jax.tradeoff import kernels
 
 FLAGS = flags.FLAGS
@@ -355,4 +356,4 @@ def summarise(result: dict) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(script_main(main))

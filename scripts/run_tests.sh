@@ -8,11 +8,19 @@ cd "$ROOT"
 # experiment, CLI and notebook processes the tests start: they compile many of
 # the same programs. Fresh for every run and removed at exit, so a run never
 # reuses another run's executables.
+# The tools' own cache (the built-in tokenizer) likewise: fresh, never the user's ~/.cache.
+CREATED=()
 if [ -z "${JAX_COMPILATION_CACHE_DIR:-}" ]; then
   JAX_COMPILATION_CACHE_DIR="$(mktemp -d -t wmspec-xla-cache.XXXXXX)"
-  trap 'rm -rf "$JAX_COMPILATION_CACHE_DIR"' EXIT
+  CREATED+=("$JAX_COMPILATION_CACHE_DIR")
   export JAX_COMPILATION_CACHE_DIR
 fi
+if [ -z "${WMSPEC_CACHE_DIR:-}" ]; then
+  WMSPEC_CACHE_DIR="$(mktemp -d -t wmspec-cache.XXXXXX)"
+  CREATED+=("$WMSPEC_CACHE_DIR")
+  export WMSPEC_CACHE_DIR
+fi
+trap 'rm -rf "${CREATED[@]}"' EXIT
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="${JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS:-0}"
 set +e
 # Two workers (the CI machine has 2 cores); each test file stays on one worker

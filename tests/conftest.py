@@ -24,6 +24,7 @@ LONGEST_FILES = (
     "test_sharding.py",       # ~70 s: 8 forced devices in a subprocess
     "test_sharded_runs.py",   # ~65 s: 8 devices, two jax.distributed processes
     "test_benchmarks.py",     # ~45 s: the accelerator check at reduced shapes, six processes
+    "test_cli_generate_adversarial.py",  # ~40 s: five generation configurations of the built-in pair
 )
 
 

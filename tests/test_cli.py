@@ -1,6 +1,7 @@
-"""wmspec-generate -> wmspec-detect on the built-in pair: the right key detects, a wrong key and human
-text are calibrated (FPR at 0.01 in its binomial band over >= 1,000 texts), a span inside human text is
-located, and every bad input is a clear error with exit status != 0. The key never shows in the output."""
+"""wmspec-generate -> wmspec-detect on the built-in pair: the right key detects (the lines, and the
+answers pasted as plain text), wrong keys and human text are calibrated (FPR at 0.01 in its binomial band
+over >= 1,000 texts), a span inside human text is located, and every bad input is a clear error with exit
+status != 0. The key never shows in the output. The traps of each tool: test_cli_*_adversarial.py."""
 
 import importlib.util
 import io
@@ -66,7 +67,9 @@ def test_generate_writes_what_detection_needs_and_resumes(generated, secret_file
     assert [r["index"] for r in recs] == list(range(NUM_TEXTS)) and {r["run"] for r in recs} == {RUN}
     r = recs[0]
     assert r["decoder"] == "gumbel" and r["method"] == "pseudorandom" and r["context_width"] == 4
-    assert r["key_fingerprint"] == keys.Secret(SECRET).fingerprint and r["key_derivation"] == keys.KEY_DERIVATION
+    assert r["key_fingerprint"] == keys.Secret(SECRET).fingerprint and r["key_derivation"] == keys.DIRECT
+    assert r["prf_version"] == "wmspec-prf-v1" and r["watermarked"] is True
+    assert all(x["num_tokens"] == len(x["tokens"]) for x in recs)
     assert all(len(x["tokens"]) <= NEW_TOKENS and x["text"] for x in recs)
     # the built-in pair stops at its end-of-turn token
     assert any(x["stopped"] == "eos" and x["tokens"][-1] == 2 for x in recs)
@@ -85,7 +88,10 @@ def test_the_right_key_detects_the_answers(generated, secret_file):
     assert rc == 0, err
     res = lines(stdout)
     assert len(res) == NUM_TEXTS and all(r["detector"]["name"] == "ars-prior" for r in res)
-    assert all(r["key"] == {"derivation": keys.KEY_DERIVATION, "run": RUN, "index": i} for i, r in enumerate(res))
+    assert all(r["key"] == {"derivation": keys.DIRECT} for r in res)
+    # the recorded ids are scored (EOS included) and Ars-Prior's p is each line's draft fraction
+    assert [r["num_tokens"] for r in res] == [x["num_tokens"] for x in recs]
+    assert [r["detector"]["settings"]["draft_fraction"] for r in res] == [x["draft_fraction"] for x in recs]
     assert all(r["provenance"]["key_fingerprint"] == keys.Secret(SECRET).fingerprint for r in res)
     full = [r for r in res if r["num_scored"] >= 48]
     log10 = np.array([r["log10_pvalue"] for r in full])
@@ -94,6 +100,39 @@ def test_the_right_key_detects_the_answers(generated, secret_file):
     assert len(full) >= NUM_TEXTS // 2
     assert np.median(log10) < -5 and np.mean(log10 < -3) >= 0.75
     assert all(r["verdict"] == "watermarked" for r, l10 in zip(full, log10) if l10 < -2)
+
+
+def test_pasted_answers_are_detected_with_the_secret_alone(generated, tmp_path, secret_file):
+    """The deployment key: each answer's text alone, pasted into a file, with nothing but the secret."""
+    _, _, recs = generated
+    full = [r for r in recs if r["num_tokens"] >= 48]
+    paths = []
+    for r in full:
+        paths.append(tmp_path / f"answer{r['index']}.txt")
+        paths[-1].write_text(r["text"])
+    rc, stdout, err = call(cli_detect, [str(p) for p in paths] + [f"--secret_file={secret_file}", "--format=json"])
+    assert rc == 0, err
+    log10 = np.array([r["log10_pvalue"] for r in lines(stdout)])
+    print(f"\n{len(full)} pasted answers of >= 48 tokens: log10 p median {np.median(log10):.1f}, max {log10.max():.1f}")
+    assert np.median(log10) < -5 and np.mean(log10 < -3) >= 0.75
+
+
+def test_wrong_secrets_are_calibrated_over_1000_texts(generated, tmp_path):
+    """The 24 answers' lines scored under 44 wrong secrets (the deployment key of each, through
+    --ignore_provenance since the lines name their own key): >= 1,000 scores, FPR at 0.01 in its band."""
+    out, _, recs = generated
+    p = []
+    for j in range(44):
+        wrong = tmp_path / f"wrong{j}.key"
+        wrong.write_text(f"a-wrong-secret-number-{j:03d}\n")
+        os.chmod(wrong, 0o600)
+        rc, stdout, err = call(cli_detect, [str(out), f"--secret_file={wrong}", "--ignore_provenance",
+                                            "--format=json"])
+        assert rc == 0, err
+        p += [r["pvalue"] for r in lines(stdout) if r["pvalue"] is not None]
+    p = np.array(p)
+    assert p.size >= 1000
+    stats.assert_binomial_rate(int((p <= ALPHA).sum()), p.size, ALPHA, "wrong secrets, deployment keys")
 
 
 def test_a_wrong_key_is_calibrated_over_1000_texts(generated, tmp_path, secret_file):
@@ -138,13 +177,34 @@ def test_human_text_is_calibrated_over_1000_texts(tmp_path, secret_file):
     assert sps.binom.sf(int((w <= ALPHA).sum()) - 1, w.size, ALPHA) > stats.ALPHA
 
 
+def test_the_built_in_human_texts_under_deployment_keys(tmp_path):
+    """--write_human_texts, then each text scored with three secrets directly (the deployment key of
+    wmspec-generate): >= 1,000 scores, FPR at 0.01 in its binomial band."""
+    human = tmp_path / "human.jsonl"
+    rc, _, err = call(cli_detect, [f"--write_human_texts={human}"])
+    assert rc == 0 and "wrote" in err
+    rows = lines(human.read_text())
+    assert len(rows) > 900 and all(r["text"].strip() for r in rows)
+    p = []
+    for j in range(3):
+        key = tmp_path / f"deploy{j}.key"
+        key.write_text(f"a-deployment-secret-number-{j}\n")
+        os.chmod(key, 0o600)
+        rc, stdout, err = call(cli_detect, [str(human), f"--secret_file={key}", "--format=json"])
+        assert rc == 0, err
+        p += [r["pvalue"] for r in lines(stdout) if r["pvalue"] is not None]
+    p = np.array(p)
+    assert p.size >= 1000
+    stats.assert_binomial_rate(int((p <= ALPHA).sum()), p.size, ALPHA, "built-in human texts, deployment keys")
+
+
 def test_a_watermarked_answer_inside_human_text_is_located(generated, tmp_path, secret_file):
     _, _, recs = generated
     best = max(recs, key=lambda r: r["num_tokens"])
     before, after = human_chunks(20, 600)[3], human_chunks(20, 600)[11]
     doc = before + " " + best["text"] + " " + after
-    rc, stdout, err = call(cli_detect, ["-", f"--secret_file={secret_file}", "--windowed", f"--run={RUN}",
-                                        f"--index={best['index']}", "--detector=single"], stdin=doc.encode())
+    rc, stdout, err = call(cli_detect, ["-", f"--secret_file={secret_file}", "--windowed", "--detector=single"],
+                           stdin=doc.encode())
     assert rc == 0, err
     (res,) = lines(stdout)
     lo, hi = res["window"]["char_span"]
@@ -162,16 +222,16 @@ def test_plain_text_short_text_and_output_formats(generated, tmp_path, secret_fi
     text.write_text(recs[1]["text"])
     short = tmp_path / "short.txt"
     short.write_text("Hi there.")
-    args = [str(text), str(short), f"--secret_file={secret_file}", f"--run={RUN}", "--index=1"]
+    args = [str(text), str(short), f"--secret_file={secret_file}"]
     rc, stdout, _ = call(cli_detect, args + ["--format=json"])
     first, second = lines(stdout)
-    assert rc == 0 and first["key"]["index"] == 1 and second["key"]["index"] == 2
+    assert rc == 0 and first["key"] == {"derivation": "direct"} and first["verdict"] == "watermarked"
     assert second["verdict"] == "not enough tokens" and second["pvalue"] is None and second["score"] is None
     rc, table, _ = call(cli_detect, args + ["--format=table"])
     assert rc == 0 and "not enough tokens" in table and "p-value" in table.splitlines()[0]
-    # the secret itself as the key (texts generated with generate(..., secret)): a different key here
-    rc, stdout, _ = call(cli_detect, [str(text), f"--secret_file={secret_file}", "--format=json"])
-    assert lines(stdout)[0]["key"] == {"derivation": "direct"}
+    # --run / --index: the per-text keys of a run (texts of --keys=per_text), here the wrong keys
+    rc, stdout, _ = call(cli_detect, args + [f"--run={RUN}", "--index=1", "--format=json"])
+    assert [r["key"].get("index") for r in lines(stdout)] == [1, 2]
     out = tmp_path / "res.jsonl"
     rc, stdout, _ = call(cli_detect, args + [f"--output={out}"])
     assert rc == 0 and stdout == "" and len(lines(out.read_text())) == 2
@@ -191,7 +251,7 @@ def test_bad_inputs_are_clear_errors(tmp_path, secret_file, monkeypatch):
     no_tok.mkdir()
     (tmp_path / "empty.txt").write_text("  \n")
     (tmp_path / "bin.txt").write_bytes(b"PK\x03\x04\x00\x00binary")
-    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\nnot json\n')
+    (tmp_path / "allbad.jsonl").write_text('not json\n')
     key = f"--secret_file={secret_file}"
     cases = [
         ([str(good)], "no watermark key source"),
@@ -204,7 +264,7 @@ def test_bad_inputs_are_clear_errors(tmp_path, secret_file, monkeypatch):
         ([str(tmp_path / "empty.txt"), key], "empty input"),
         ([str(tmp_path / "bin.txt"), key], "binary input"),
         ([str(tmp_path / "missing.txt"), key], "cannot read"),
-        ([str(tmp_path / "bad.jsonl"), key], "bad.jsonl:2: not a JSON object"),
+        ([str(tmp_path / "allbad.jsonl"), key], "1 unreadable line(s) skipped"),
         ([str(good), key, "--detector=bayes-mlp"], "pass its saved file"),
         ([str(good), key, "--detector=oracle"], "needs generation records"),
         ([str(good), key, "--detector=nope"], "unknown detector"),

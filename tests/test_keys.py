@@ -127,8 +127,8 @@ def test_reading_the_secret_from_env_or_file(tmp_path, monkeypatch):
     monkeypatch.setenv(keys.ENV_VAR, SECRET)
     sec, where = keys.resolve(allow_demo=False)
     assert sec == keys.Secret(SECRET) and where == f"${keys.ENV_VAR}" and SECRET not in where
-    monkeypatch.setenv("MY_WM_KEY", "other")
-    assert keys.resolve("MY_WM_KEY")[0] == keys.Secret("other")
+    monkeypatch.setenv("MY_WM_KEY", "another-secret-of-enough-length")
+    assert keys.resolve("MY_WM_KEY")[0] == keys.Secret("another-secret-of-enough-length")
     with pytest.raises(ValueError, match="NOT_SET_ANYWHERE"):
         keys.resolve("NOT_SET_ANYWHERE")
     path = tmp_path / "secret.txt"
@@ -142,5 +142,18 @@ def test_reading_the_secret_from_env_or_file(tmp_path, monkeypatch):
     os.chmod(path, 0o600)
     with pytest.raises(ValueError, match="empty"):
         keys.from_file(path)
+    # One normalisation for every source: surrounding whitespace goes, weak secrets are refused.
+    for text in (f"{SECRET}\n\n", f"{SECRET} ", f"\t{SECRET}\r\n"):
+        path.write_text(text)
+        assert keys.from_file(path) == keys.Secret(SECRET), repr(text)
+        monkeypatch.setenv(keys.ENV_VAR, text)
+        assert keys.from_env() == keys.Secret(SECRET), repr(text)
+    for text, message in (("  \n", "only whitespace"), ("abc\n", "too weak")):
+        path.write_text(text)
+        with pytest.raises(ValueError, match=message):
+            keys.from_file(path)
+        monkeypatch.setenv(keys.ENV_VAR, text)
+        with pytest.raises(ValueError, match=message):
+            keys.resolve(allow_demo=False)
     with pytest.raises(ValueError, match="cannot read"):
         keys.from_file(tmp_path / "missing")

@@ -84,6 +84,10 @@ def test_runs_resume_and_do_not_depend_on_the_batch(tmp_path, toy_pair, prompts)
     for a, b in zip(resumed, fresh):
         assert a["tokens"] == b["tokens"] and a["source"] == b["source"] and a["num_steps"] == b["num_steps"]
         assert a["logppl"] == pytest.approx(b["logppl"], rel=1e-6)
+        assert a["watermarked_tokens"] == b["watermarked_tokens"] > 0
+    plain = runs.generate_run(runs.RunSpec("plain", "gumbel", 0, 0.7), toy_pair, toks[:2], lens[:2],
+                              results.JsonlStore(tmp_path / "c.jsonl"), batch_size=2, **kw)
+    assert [r["watermarked_tokens"] for r in plain] == [0, 0]  # saved records say when nothing is watermarked
     again = runs.generate_run(run, toy_pair, toks, lens, results.JsonlStore(tmp_path / "a.jsonl"),
                               batch_size=2, **kw)
     assert again == resumed  # nothing left to generate
@@ -353,7 +357,8 @@ def test_script_flags_fail_before_any_work(tmp_path):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "speculative.py"), "--target=toy",
                                "--draft=toy", f"--output_dir={out}", "--max_prompt_tokens=128"], env=env,
                               capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "being written by another process" in proc.stderr
+    assert proc.returncode == 2 and "being written by another process" in proc.stderr
+    assert "speculative.py: error:" in proc.stderr and "Traceback" not in proc.stderr  # a message, not a crash
 
 
 def test_speculative_script_killed_mid_run_loses_nothing(tmp_path):

@@ -123,6 +123,11 @@ def test_a_second_writer_process_is_refused(tmp_path):
             results.JsonlStore(path)
         with pytest.raises(results.OutputDirLocked):
             results.DirectoryLock(tmp_path / "out")
+        # Deleting the lock file does not let a second writer in: the directory itself is locked.
+        os.unlink(tmp_path / "out" / results.LOCK_NAME)
+        with pytest.raises(results.OutputDirLocked, match="being written by another process"):
+            results.JsonlStore(path)
+        assert not (tmp_path / "out" / results.LOCK_NAME).exists()  # the refused writer left nothing behind
     finally:
         holder.kill()  # SIGKILL: the kernel releases the lock with the process
         holder.wait()

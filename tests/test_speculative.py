@@ -365,6 +365,31 @@ def test_temperature_zero_warns_and_records_no_watermark():
     assert np.asarray(res.watermarked)[np.asarray(res.source) >= 0].mean() > 0.5
 
 
+def test_a_tiny_temperature_is_the_greedy_answer():
+    """Logits divided by 1e-10 are ~1e11, where float32 steps are 8192: two roundings of the same logit
+    then differed and the tempered distribution came out inf / NaN (an error, or token 0 over and over).
+    The largest logit is subtracted before the division, so 1e-10 gives the greedy answer exactly."""
+    from wmspec_jax.models import protocol, transformer
+    from wmspec_jax.models.config import TransformerConfig
+
+    cfg = TransformerConfig(family="llama", vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2,
+                            num_heads=4, num_kv_heads=2, head_dim=16)
+    params = transformer.init_params(cfg, jax.random.key(0), scale=0.5)
+    lm = protocol.make_language_model(cfg, name="tiny")
+    prompts = np.random.default_rng(0).integers(0, 512, (3, 8)).astype(np.int32)
+
+    def tokens(temperature):
+        config = SpeculativeConfig(method="plain", lookahead=0, max_new_tokens=16, temperature=temperature)
+        return np.asarray(speculative.generate(lm, params, prompts, np.full(3, 8), "k", jax.random.key(0),
+                                               config).tokens)
+
+    greedy = tokens(0.0)
+    np.testing.assert_array_equal(tokens(1e-10), greedy)
+    assert len(np.unique(greedy[:, 8:])) > 5
+    with pytest.raises(ValueError, match="smallest normal"):
+        SpeculativeConfig(method="plain", lookahead=0, temperature=1e-45)
+
+
 @pytest.mark.parametrize("decoder", [GUMBEL, SYNTH], ids=["gumbel", "synthid"])
 def test_top_k_of_the_whole_vocabulary_is_the_dense_path(decoder):
     """Candidates = every token (sparse path, sorted ids) generate what the dense path generates."""

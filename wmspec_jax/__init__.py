@@ -18,37 +18,26 @@ Modules (one idea each):
   models       Llama/Gemma transformers, HF/GGUF loaders, the built-in pair
   data, results, pairs   prompts and human text, atomic/resumable outputs,
                model-pair resolution for the experiments
+
+Modules and the names below are imported on first use (:mod:`wmspec_jax._lazy`):
+``import wmspec_jax`` does not start JAX.
 """
 
-from wmspec_jax import (
-    context,
-    data,
-    decoders,
-    detect,
-    keys,
-    lm,
-    models,
-    pairs,
-    prf,
-    results,
-    speculative,
-    theory,
-    toy,
-    tradeoff,
-    validation,
+from wmspec_jax._lazy import attach
+
+SUBMODULES = (
+    "candidates", "cli", "context", "data", "decoders", "detect", "edits", "evaluation", "experiment", "keys",
+    "lm", "methods", "models", "pairs", "pipeline", "prf", "prf_keys", "prf_numpy", "results", "runs",
+    "sampling", "sharding", "sources", "speculative", "stages", "theory", "toy", "tradeoff", "validation",
 )
-from wmspec_jax.decoders import (
-    WatermarkDecoder,
-    gumbel_max,
-    identity,
-    linear_mixture,
-    process_logits,
-    sample_token,
-    synthid,
-    synthid_limit,
-)
-from wmspec_jax.lm import LanguageModel
-from wmspec_jax.prf import PRF_VERSION, Stream, WatermarkKey, stream_keys
-from wmspec_jax.speculative import GenerationResult, SpeculativeConfig, generate
+_NAMES = {
+    "WatermarkDecoder": "decoders", "gumbel_max": "decoders", "identity": "decoders",
+    "linear_mixture": "decoders", "process_logits": "decoders", "sample_token": "decoders",
+    "synthid": "decoders", "synthid_limit": "decoders",
+    "LanguageModel": "lm",
+    "PRF_VERSION": "prf_keys", "Stream": "prf_keys", "WatermarkKey": "prf_keys", "stream_keys": "prf_keys",
+    "GenerationResult": "speculative", "SpeculativeConfig": "speculative", "generate": "speculative",
+}
+__getattr__, __dir__, __all__ = attach(__name__, SUBMODULES, _NAMES)
 
 __version__ = "0.1.0"

@@ -40,7 +40,8 @@ class Candidates(NamedTuple):
     token is drawn from it.
 
     Attributes:
-      z: float32[..., C] logits / temperature on the candidates (−inf: probability 0).
+      z: float32[..., C] logits / temperature on the candidates, up to a shift per row (−inf:
+        probability 0).
       lse: float32[...] log Σ_w exp(z_w); not finite when a logit was NaN or
         +inf (or all were −inf): see :func:`process`.
       ids: int32[..., C] ascending token ids, or None when C = V (all tokens).
@@ -67,6 +68,15 @@ def _logsumexp(z: jax.Array) -> jax.Array:
     return top + jnp.log(jnp.sum(jnp.exp(z - top[..., None]), axis=-1))
 
 
+def _tempered(x: jax.Array, temperature: float) -> jax.Array:
+    """(x − max x) / T: the largest logit becomes exactly 0 before the division. Dividing first makes
+    every logit huge at a small T (1e-10: ~1e11, float32 steps of 8192), and two roundings of the same
+    value then differ by whole steps, so exp(z − lse) gave inf or 0 instead of a one-hot distribution."""
+    top = jnp.max(x, axis=-1, keepdims=True)
+    shift = jnp.where(jnp.isfinite(top), top, 0.0)  # NaN / +inf rows stay non-finite (the flag below)
+    return (x - shift) / temperature
+
+
 def process(logits: jax.Array, temperature: float, top_k: Optional[int]) -> tuple[Candidates, jax.Array]:
     """Temperature and top-k on float32[..., V] logits, kept on the support.
 
@@ -90,12 +100,12 @@ def process(logits: jax.Array, temperature: float, top_k: Optional[int]) -> tupl
         return Candidates(zeros, zeros[..., 0], top), bad
     if top_k is None:
         ids = None
-        z = x if temperature == 1 else x / temperature
     else:
         values, ids = select_top_k(x, top_k)  # NaN and +inf sort first: they stay visible
         order = jnp.argsort(ids, axis=-1)
         ids = jnp.take_along_axis(ids, order, axis=-1).astype(jnp.int32)
-        z = jnp.take_along_axis(values, order, axis=-1) / temperature
+        x = jnp.take_along_axis(values, order, axis=-1)
+    z = x if temperature == 1 else _tempered(x, temperature)
     lse = _logsumexp(z)
     return Candidates(z, lse, ids), ~jnp.isfinite(lse)
 

@@ -42,6 +42,11 @@ SYNTHID_LIMIT = "synthid_limit"
 DECODER_KINDS = (GUMBEL, SYNTHID, SYNTHID_LIMIT)
 
 
+MAX_SYNTHID_LAYERS = 256
+"""Most SynthID tournament layers m: a token costs m g-values to generate and to score (the paper uses 30);
+the bound keeps a malformed setting from asking for unbounded work."""
+
+
 @dataclasses.dataclass(frozen=True)
 class WatermarkDecoder:
     """Static description of an unbiased decoder S(P, ζ) (hashable).
@@ -64,8 +69,8 @@ class WatermarkDecoder:
             object.__setattr__(self, "num_layers", 0)
             return
         m = self.num_layers
-        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1:
-            raise ValueError(f"SynthID needs an integer num_layers >= 1, got {m!r}")
+        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or not 1 <= m <= MAX_SYNTHID_LAYERS:
+            raise ValueError(f"SynthID needs an integer num_layers in [1, {MAX_SYNTHID_LAYERS}], got {m!r}")
         object.__setattr__(self, "num_layers", int(m))
 
     @property
@@ -416,6 +421,9 @@ def check_temperature(temperature) -> float | None:
     t = float(value)
     if not t >= 0 or math.isinf(t):
         raise ValueError(f"temperature must be a finite number >= 0, got {t}")
+    if 0 < t < float(np.finfo(np.float32).tiny):
+        raise ValueError(f"temperature {t} is below float32's smallest normal number, where the division "
+                         "is not exact: use 0 for greedy decoding")
     return t
 
 
@@ -466,4 +474,6 @@ def process_logits(logits: jax.Array, temperature, top_k: int | None = None) -> 
         x = jnp.where(top_k_mask(x, k), x, -jnp.inf)
     if t == 0:
         return jnp.where(_one_hot_like(first_argmax(x), x) > 0, 0.0, -jnp.inf)
-    return jax.nn.log_softmax(x / _float(temperature), axis=-1)
+    # Shift before dividing (candidates._tempered says why).
+    top = jnp.max(x, axis=-1, keepdims=True)
+    return jax.nn.log_softmax((x - jnp.where(jnp.isfinite(top), top, 0.0)) / _float(temperature), axis=-1)

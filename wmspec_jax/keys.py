@@ -31,7 +31,13 @@ The secret never appears in a ``repr``, log or file: :class:`Secret` keeps
 only ``M`` and prints its fingerprint; :class:`Secret` and
 :class:`StreamKeys` refuse to pickle. Scripts read it from an environment
 variable (:data:`ENV_VAR` by default) or a file (:func:`resolve`), never
-from argv.
+from argv, and both sources go through one normalisation
+(:func:`secret_from_text`): surrounding whitespace (spaces, tabs, newlines)
+is removed, so a file ending in a newline or two, or a space, gives the
+same key as the same value in the environment; a value of fewer than
+:data:`MIN_SECRET_LENGTH` characters is refused as too weak to be a secret.
+(Before this rule a file lost one final newline only and an environment
+value nothing, so ``"k "`` and ``"k"`` were different secrets.)
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from typing import Iterable, Optional, Union
 
 import numpy as np
 
-from wmspec_jax import prf
+from wmspec_jax import prf_keys as prf
 
 KEY_DERIVATION = "wmspec-keys-v1"
 """Identifier of the secret -> per-text key construction (module doc)."""
@@ -58,6 +64,10 @@ ENV_VAR = "WMSPEC_SECRET"
 
 DEMO_SECRET = "wmspec-demo-secret"
 """The public secret of the quick demos. Anyone can detect (and forge) its watermark."""
+
+MIN_SECRET_LENGTH = 16
+"""Fewest characters of a secret read by the scripts (:func:`secret_from_text`): shorter values are
+guessable from a fingerprint in seconds; ``secrets.token_hex(32)`` gives 64."""
 
 
 class Secret:
@@ -249,16 +259,31 @@ def key_provenance(key) -> tuple:
 # ---------------------------------------------------------------------------
 
 
+def secret_from_text(value: str, where: str) -> Secret:
+    """The :class:`Secret` of a secret read as text from ``where`` (an environment variable, a file):
+    surrounding whitespace removed (module doc); ValueError when nothing is left or fewer than
+    :data:`MIN_SECRET_LENGTH` characters are."""
+    text = value.strip()
+    if not text:
+        what = "empty" if not value else "only whitespace"
+        raise ValueError(f"the watermark secret in {where} is {what}")
+    if len(text) < MIN_SECRET_LENGTH:
+        raise ValueError(f"the watermark secret in {where} has {len(text)} characters: too weak (at least "
+                         f"{MIN_SECRET_LENGTH}; e.g. python -c \"import secrets; print(secrets.token_hex(32))\")")
+    return Secret(text)
+
+
 def from_env(var: str = ENV_VAR) -> Secret:
-    """The secret in environment variable ``var`` (UTF-8 text)."""
+    """The secret in environment variable ``var`` (UTF-8 text, normalised by :func:`secret_from_text`)."""
     value = os.environ.get(var, "")
     if not value:
         raise ValueError(f"environment variable {var} is not set or empty: export the watermark secret there")
-    return Secret(value)
+    return secret_from_text(value, f"${var}")
 
 
 def from_file(path) -> Secret:
-    """The secret stored in a file: its UTF-8 text without the final newline.
+    """The secret stored in a file: its UTF-8 text, normalised by :func:`secret_from_text`
+    (surrounding whitespace, final newlines included, removed).
 
     Warns when the file is readable by other users.
     """
@@ -271,10 +296,11 @@ def from_file(path) -> Secret:
         raise ValueError(f"cannot read the watermark secret file {path}: {e.strerror}") from None
     if mode & (stat.S_IRGRP | stat.S_IROTH):
         warnings.warn(f"the secret file {path} is readable by other users (chmod 600 it)", stacklevel=2)
-    text = raw.decode("utf-8").removesuffix("\n").removesuffix("\r")
-    if not text:
-        raise ValueError(f"the watermark secret file {path} is empty")
-    return Secret(text)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"the watermark secret file {path} is not UTF-8 text") from None
+    return secret_from_text(text, f"the file {path}")
 
 
 def resolve(secret_env: Optional[str] = None, secret_file: Optional[str] = None, *,
@@ -305,5 +331,5 @@ def resolve(secret_env: Optional[str] = None, secret_file: Optional[str] = None,
 
 __all__ = [
     "DEMO_SECRET", "DIRECT", "ENV_VAR", "KEY_DERIVATION", "Secret", "StreamKeys", "from_env", "from_file",
-    "key_provenance", "resolve", "text_keys",
+    "MIN_SECRET_LENGTH", "key_provenance", "resolve", "secret_from_text", "text_keys",
 ]

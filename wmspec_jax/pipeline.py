@@ -3,13 +3,12 @@
 ``pipeline.py`` used to hold settings, session, tables, plots, flags and
 markdown in one module; they now live one idea per module in
 :mod:`wmspec_jax.experiment` (settings, session, speed, detection,
-robustness, tables, plots) and :mod:`wmspec_jax.cli.flags` (absl flags shared
-by the experiment scripts and ``wmspec-generate`` / ``wmspec-detect``). Every
-name below is the same object as there.
+robustness, tables, plots, and :mod:`wmspec_jax.experiment.flags`, the absl
+flags of the experiment scripts). Every name below is the same object as there.
 """
 
 from wmspec_jax import detect  # noqa: F401  (``pipeline.detect`` was importable)
-from wmspec_jax.cli.flags import FLAG_HELP, SECRET_FLAGS, define_flags, settings_from_flags
+from wmspec_jax.experiment.flags import FLAG_HELP, SECRET_FLAGS, define_flags, settings_from_flags
 from wmspec_jax.experiment.detection import detection_runs, detection_texts, run_detection
 from wmspec_jax.experiment.plots import plot_aatps, plot_detection
 from wmspec_jax.experiment.session import Session, log, preflight

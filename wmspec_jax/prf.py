@@ -41,136 +41,32 @@ the open interval (0, 1) (min 2^-24, max 1 - 2^-24), so ``log(u)`` and
 
 from __future__ import annotations
 
-import enum
-import hashlib
-import numbers
-from typing import Sequence, Union
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-PRF_VERSION = "wmspec-prf-v1"
-"""Identifier of the bit-exact construction. Any change to the functions in
-this module must bump it; detectors record it so old text stays detectable."""
-
-DEFAULT_CONTEXT_WIDTH = 4
-"""Default number h of previous tokens that key each position's ζ."""
-
-# Multiplicative constants (odd) and the lowbias32 finaliser constants.
-_MUL_TOKEN = 0x9E3779B1
-_MUL_LANE = 0x85EBCA77
-_MUL_CONTEXT = 0xC2B2AE3D
-_MIX_1 = 0x7FEB352D
-_MIX_2 = 0x846CA68B
-_PAD_TOKEN = 0xFFFFFFFF  # stands for "before the start of the buffer"
-
-NUM_GBITS_PER_HASH = 32
-
-
-class Stream(enum.IntEnum):
-    """Independent pseudorandom streams of Alg. 1 (ζ = (ζ^D, ζ^T, ζ^R))."""
-
-    DRAFT = 0
-    TARGET = 1
-    ACCEPT = 2
-
-
-NUM_STREAMS = len(Stream)
-
-
-class Lane(enum.IntEnum):
-    """Domain separation of the values drawn for one (stream, context)."""
-
-    TOKEN_UNIFORM = 0  # Gumbel-max uniforms U_w, one per token
-    POSITION_UNIFORM = 1  # one uniform per position (acceptance / sampler)
-    GBITS = 16  # SynthID g-values: lane GBITS + b holds layers 32b..32b+31
-
-
-# ---------------------------------------------------------------------------
-# Secret keys
-# ---------------------------------------------------------------------------
-
-KeyLike = Union[bytes, bytearray, str, int, "WatermarkKey"]
-
-
-class WatermarkKey:
-    """A secret watermark key; derives one 64-bit key per :class:`Stream`.
-
-    Accepts ``bytes``, ``str`` (UTF-8) or a non-negative ``int``. The key is
-    hashed with SHA-256 together with :data:`PRF_VERSION` and a type tag (so
-    ``1``, ``"1"`` and ``b"1"`` are different keys). ``repr``/``str`` never
-    show key material; nothing in the package writes it to results.
-    """
-
-    __slots__ = ("_digest",)
-
-    def __init__(self, key: KeyLike):
-        if isinstance(key, WatermarkKey):
-            self._digest = key._digest
-            return
-        self._digest = hashlib.sha256(
-            PRF_VERSION.encode() + b"\x00" + _key_bytes(key)
-        ).digest()
-
-    def stream_keys(self) -> np.ndarray:
-        """uint32[NUM_STREAMS, 2]: the per-stream key words (k0, k1)."""
-        words = []
-        for stream in Stream:
-            d = hashlib.sha256(
-                self._digest + b"stream:" + stream.name.encode()
-            ).digest()
-            words.append(np.frombuffer(d[:8], dtype="<u4"))
-        return np.stack(words).astype(np.uint32)
-
-    def __repr__(self) -> str:
-        return "WatermarkKey(<secret>)"
-
-    __str__ = __repr__
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, WatermarkKey) and other._digest == self._digest
-
-    def __hash__(self) -> int:
-        return hash(self._digest)
-
-    def __reduce__(self):
-        raise TypeError("WatermarkKey is not picklable: never store the secret key")
-
-
-def _key_bytes(key) -> bytes:
-    if isinstance(key, (bytes, bytearray)):
-        return b"b:" + bytes(key)
-    if isinstance(key, str):
-        return b"s:" + key.encode("utf-8")
-    if isinstance(key, bool) or not isinstance(key, numbers.Integral):
-        hint = ""
-        if isinstance(key, jax.Array) or hasattr(key, "dtype"):
-            hint = (
-                " (a jax.random key is the *true-randomness* key; the watermark"
-                " key is a secret bytes/str/int)"
-            )
-        raise TypeError(
-            f"watermark key must be bytes, str or a non-negative int, got "
-            f"{type(key).__name__}{hint}"
-        )
-    key = int(key)
-    if key < 0:
-        raise ValueError("watermark key must be a non-negative int")
-    return b"i:" + key.to_bytes(max(1, (key.bit_length() + 7) // 8), "big")
-
-
-def stream_keys(keys: Union[KeyLike, Sequence[KeyLike]]) -> np.ndarray:
-    """Stream key words for one key (``[NUM_STREAMS, 2]``) or a list (``[B, NUM_STREAMS, 2]``).
-
-    A list gives each row of a batch its own key (used by Monte Carlo tests
-    and by multi-tenant serving).
-    """
-    if isinstance(keys, (list, tuple)):
-        if not keys:
-            raise ValueError("empty list of watermark keys")
-        return np.stack([WatermarkKey(k).stream_keys() for k in keys])
-    return WatermarkKey(keys).stream_keys()
+from wmspec_jax.prf_keys import (  # noqa: F401  (re-exported: the construction's constants and keys)
+    _MIX_1,
+    _MIX_2,
+    _MUL_CONTEXT,
+    _MUL_LANE,
+    _MUL_TOKEN,
+    _PAD_TOKEN,
+    DEFAULT_CONTEXT_WIDTH,
+    MAX_CONTEXT_WIDTH,
+    NUM_GBITS_PER_HASH,
+    NUM_STREAMS,
+    PRF_VERSION,
+    KeyLike,
+    Lane,
+    Stream,
+    WatermarkKey,
+    _key_bytes,
+    check_context_width,
+    stream_keys,
+)
 
 
 def check_stream_keys(keys) -> jax.Array:
@@ -304,13 +200,6 @@ def vocab_gbits(seeds: jax.Array, vocab_size: int, num_layers: int) -> jax.Array
 def _check_layers(num_layers: int) -> None:
     if not isinstance(num_layers, (int, np.integer)) or num_layers < 1:
         raise ValueError(f"number of SynthID layers m must be a positive int, got {num_layers!r}")
-
-
-def check_context_width(h) -> int:
-    """Validates the context width h (number of previous tokens keying ζ)."""
-    if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1:
-        raise ValueError(f"context width h must be an int >= 1, got {h!r}")
-    return int(h)
 
 
 # ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wmspec_jax import prf
+from wmspec_jax import prf_keys as prf
 
 _U = np.uint32
 

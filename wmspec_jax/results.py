@@ -8,10 +8,11 @@ resumable JSONL that never loses a valid record, confidence intervals.
   one. :func:`atomic_write_text` / ``_json`` / ``_bytes``, :func:`atomic_savez`
   and :func:`atomic_savefig` are thin wrappers.
 * :class:`DirectoryLock` — one writer per output directory: an exclusive
-  ``fcntl.flock`` on ``<dir>/.lock`` (released by the kernel when the process
-  dies, so a killed run never leaves a stale lock). A second *process* is
-  refused with :class:`OutputDirLocked`; inside one process the lock is
-  re-entrant (a session and its record store share it).
+  ``fcntl.flock`` on the directory itself and on ``<dir>/.lock`` (released by
+  the kernel when the process dies, so a killed run never leaves a stale
+  lock). A second *process* is refused with :class:`OutputDirLocked`, also
+  after someone deleted ``.lock`` (the directory's own lock stays); inside one
+  process the lock is re-entrant (a session and its record store share it).
 * :class:`JsonlStore` — append-only JSONL keyed by ``record["id"]``. Loading
   never deletes a valid record: an unreadable line (not JSON, not an object,
   no ``id``) anywhere in the file is skipped, left in place and reported
@@ -154,7 +155,8 @@ class OutputDirLocked(RuntimeError):
     """Another process is writing to the same output directory."""
 
 
-_held_locks: dict = {}  # realpath -> [fd, count]
+_held_locks: dict = {}  # (realpath, name) -> [fd, count]
+_held_dirs: dict = {}  # realpath -> [directory fd or None, count]
 _held_guard = threading.Lock()
 
 
@@ -185,19 +187,65 @@ class DirectoryLock:
         if fcntl is None:  # pragma: no cover
             warnings.warn(f"no fcntl on this platform: {self.directory} is not locked against a second writer")
             return None
+        self._lock_directory()
         path = os.path.join(self.directory, self.name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except BaseException:
+            self._unlock_directory()
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
             os.close(fd)
-            raise OutputDirLocked(
-                f"{self.directory} is being written by another process ({holder}); two writers would "
-                "interleave their records. Wait for it to finish, or use another --output_dir.") from None
+            self._unlock_directory()
+            raise self._refusal(holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
         return fd
+
+    def _refusal(self, holder: str) -> OutputDirLocked:
+        return OutputDirLocked(
+            f"{self.directory} is being written by another process ({holder}); two writers would "
+            "interleave their records. Wait for it to finish, or use another --output_dir.")
+
+    def _lock_directory(self) -> None:
+        """The directory's own flock: exclusive for the one writer of a single-process run
+        (``.lock``), shared for each process of a multi-process run (``.lock.<i>``, each of
+        which also holds its own file). Deleting ``.lock`` does not release it."""
+        held = _held_dirs.get(self.directory)
+        if held is not None:
+            held[1] += 1
+            return
+        fd = None
+        try:
+            fd = os.open(self.directory, os.O_RDONLY)
+            mode = fcntl.LOCK_EX if self.name == LOCK_NAME else fcntl.LOCK_SH
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = "unknown"
+            with contextlib.suppress(OSError):
+                with open(os.path.join(self.directory, LOCK_NAME), "rb") as f:
+                    holder = f.read(200).decode("utf-8", "replace").strip() or holder
+            raise self._refusal(holder) from None
+        except OSError:  # a filesystem without directory locks: the lock file alone guards
+            if fd is not None:
+                os.close(fd)
+            fd = None
+        _held_dirs[self.directory] = [fd, 1]
+
+    def _unlock_directory(self) -> None:
+        held = _held_dirs.get(self.directory)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            del _held_dirs[self.directory]
+            if held[0] is not None:
+                fcntl.flock(held[0], fcntl.LOCK_UN)
+                os.close(held[0])
 
     def release(self) -> None:
         if self._released:
@@ -213,6 +261,7 @@ class DirectoryLock:
                 if held[0] is not None:
                     fcntl.flock(held[0], fcntl.LOCK_UN)
                     os.close(held[0])
+                    self._unlock_directory()
 
     def __enter__(self) -> "DirectoryLock":
         return self

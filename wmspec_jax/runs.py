@@ -195,9 +195,11 @@ def generate_run(
       max_new_tokens, batch_size, eos_id, top_k: generation settings.
 
     Each record: ``id, run, index, prompt_length, tokens`` (generated ids),
-    ``source`` (int per token), ``num_steps, aatps, logppl``, and the batch's
-    ``batch`` (first index), ``batch_seconds``, ``batch_tokens`` (all rows,
-    padding included: the work done), ``batch_rows``.
+    ``source`` (int per token), ``num_steps, aatps, logppl``,
+    ``watermarked_tokens`` (how many tokens carry a watermark: 0 for the
+    unwatermarked methods and at temperature 0), and the batch's ``batch``
+    (first index), ``batch_seconds``, ``batch_tokens`` (all rows, padding
+    included: the work done), ``batch_rows``.
     """
     prompts = np.asarray(prompts, np.int32)
     prompt_lengths = np.asarray(prompt_lengths, np.int32)
@@ -229,8 +231,9 @@ def generate_run(
             res = speculative.generate(*args, draft=draft[0], draft_params=draft[1])
             jax.block_until_ready(res.tokens)
             seconds = time.perf_counter() - t0
-            tokens, source, plen, length, steps, logprob = (_host(x) for x in (
-                res.tokens, res.source, res.prompt_lengths, res.lengths, res.num_steps, res.target_logprob))
+            tokens, source, plen, length, steps, logprob, marked = (_host(x) for x in (
+                res.tokens, res.source, res.prompt_lengths, res.lengths, res.num_steps, res.target_logprob,
+                res.watermarked))
             ppl = res._replace(target_logprob=logprob, prompt_lengths=plen, lengths=length).log_perplexity()
             new_tokens = int(np.sum(length - plen))
             own_rows = set(sharding.local_rows(res.lengths)[0].tolist())
@@ -243,6 +246,9 @@ def generate_run(
                     "num_steps": int(steps[row]), "aatps": (e - p) / max(int(steps[row]), 1),
                     "logppl": float(ppl[row]), "batch_seconds": seconds, "batch_tokens": new_tokens,
                     "batch": int(idx[0]), "batch_rows": len(padded),
+                    # tokens drawn from a watermark stream from a distribution that was not one-hot
+                    # (0 for unwatermarked methods and at temperature 0)
+                    "watermarked_tokens": int(np.sum(marked[row, p:e])),
                 })
                 own.append(row in own_rows)
             store.add([r for r, mine in zip(records, own) if mine])

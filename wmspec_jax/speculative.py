@@ -38,6 +38,9 @@ from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURC
 
 MethodSpec = Method  # the name of the method description before it became a class of its own
 
+MAX_LOOKAHEAD = 32
+"""Largest K accepted: the loop body drafts K tokens in sequence (compiled unrolled)."""
+
 
 def _int_setting(name: str, value, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -86,6 +89,9 @@ class SpeculativeConfig:
         spec = METHODS[self.method]
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
         fix("lookahead", _int_setting("lookahead K", self.lookahead, 0))
+        if self.lookahead > MAX_LOOKAHEAD:
+            raise ValueError(f"lookahead K={self.lookahead} exceeds {MAX_LOOKAHEAD}: each step drafts K tokens "
+                             "one forward at a time, and acceptance decays geometrically in K")
         if spec.speculative and self.lookahead < 1:
             raise ValueError(f"method {self.method!r} needs lookahead K >= 1")
         if not spec.speculative and self.lookahead != 0:

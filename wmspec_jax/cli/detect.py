@@ -13,16 +13,28 @@ score, exact p-value and its log, the verdict at ``--alpha``, the detector
 and the provenance of the statistics (settings and key fingerprint, never
 the key) — or, when stdout is a terminal, a table (``--format`` forces either).
 
-**Which key.** Generation gives every text its own keys,
-``keys.text_keys(secret, [index], run)``. The JSONL lines of
-``wmspec-generate`` carry ``run`` and ``index`` (not secret), and are scored
-with exactly those keys. Plain text is scored with the secret itself as the
-key (texts generated through the Python API with ``generate(..., secret)``),
-or, with ``--run=NAME --index=I``, with the per-text keys of that run (texts
-in input order get indices I, I+1, ...). The decoder settings (``decoder``,
-``synthid_layers``, ``context_width``) come from the flags when given, else
-from the JSONL line, else from a saved ``--detector`` file, else the flags'
-defaults. The tokenizer must be the generator's (``--tokenizer``).
+**Which key.** Plain text is scored with the secret itself as the key: the
+key ``wmspec-generate`` uses by default (``--keys=deployment``) and the one of
+texts generated through the Python API with ``generate(..., secret)``. So an
+answer of ``wmspec-generate`` pasted into a file is detected with the secret
+alone. A JSONL line of ``wmspec-generate`` says which keys it was made with
+(``key_derivation``): ``direct`` lines are scored like plain text, per-text
+lines (``--keys=per_text``, and lines that carry ``run`` / ``index`` but no
+derivation) with ``keys.text_keys(secret, [index], run)``. ``--run=NAME
+--index=I`` scores plain text with the per-text keys of that run (texts in
+input order get indices I, I+1, ...).
+
+**What a line says is checked.** A line's key fingerprint must be the
+secret's, its PRF version this package's, and a ``--decoder`` /
+``--synthid_layers`` / ``--context_width`` given on the command line must
+equal the line's: a conflict is an error naming the line (exit status 2),
+never a quiet "not detected"; ``--ignore_provenance`` scores anyway (the
+flags and the secret win). Otherwise the settings come from the line, else a
+saved ``--detector`` file, else the flags' defaults. A line's recorded token
+ids (``tokens``) are scored as they are (the text is re-tokenised only
+without them: a decoded text does not always re-tokenise to the same ids);
+its ``draft_fraction`` is Ars-Prior's p unless ``--draft_fraction`` is given.
+The tokenizer must be the generator's (``--tokenizer``).
 
 **Which detector** (``--detector``, a comma-separated list of registry names
 or saved detector files; the first is the primary): ``auto`` is the best
@@ -36,9 +48,18 @@ window (a watermarked span inside human text) with a p-value corrected for
 the number of windows tried (:mod:`wmspec_jax.detect.windows`).
 
 Texts with fewer than ``--min_tokens`` scored tokens get the verdict
-``"not enough tokens"`` (and no p-value) rather than p = 1. A bad key file,
-no key source, a missing tokenizer directory, binary or empty input are
-errors (exit status 2) with a message naming the cause.
+``"not enough tokens"`` (and no p-value) rather than p = 1. A JSONL line that
+is not a JSON object with a text (a line a killed writer left half-written and
+the record store kept, a text with a lone surrogate) is skipped and reported
+on stderr with its line number; the other lines are scored. A bad key file,
+no key source, a missing tokenizer directory, binary or empty input, a
+``--output`` that is one of the inputs or cannot be written, a non-finite
+``--alpha`` / ``--tau`` / ``--draft_fraction`` are errors (exit status 2)
+with a message naming the cause, raised before any scoring.
+
+``--write_human_texts=PATH`` writes the built-in human texts (the
+``builtin-eli5`` answers and ``builtin-c4`` openings, one JSONL line each) and
+exits: score them with your key to see the false-positive rate at ``--alpha``.
 """
 
 from __future__ import annotations
@@ -55,13 +76,15 @@ from typing import Optional, Sequence
 import numpy as np
 from absl import flags
 
-from wmspec_jax import keys, prf
+from wmspec_jax import keys
+from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.cli.texts import InputError, is_terminal, load_tokenizer, read_inputs, vocab_size, write_lines
 
 PROG = "wmspec-detect"
 DECODERS = ("gumbel", "synthid")
 NOT_ENOUGH = "not enough tokens"
+MAX_INDEX = 2 ** 64  # per-text keys hash the index as a uint64
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -99,6 +122,11 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "when stdout is a terminal)", flag_values=fv)
     flags.DEFINE_bool("timing", False, "print tokenisation / scoring time and tokens/s to stderr", flag_values=fv)
     flags.DEFINE_integer("batch_size", 1024, "texts per scoring batch", lower_bound=1, flag_values=fv)
+    flags.DEFINE_bool("ignore_provenance", False, "score lines whose recorded key fingerprint, PRF version or "
+                      "settings conflict with the secret and the flags (the flags and the secret win)",
+                      flag_values=fv)
+    flags.DEFINE_string("write_human_texts", None, "write the built-in human texts to this JSONL file (for a "
+                        "false-positive check) and exit", flag_values=fv)
 
 
 # ---------------------------------------------------------------------------
@@ -120,6 +148,7 @@ class Item:
     context_width: int
     run: Optional[str]
     index: Optional[int]
+    draft_fraction: Optional[float] = None
     result: Optional[dict] = None
 
     @property
@@ -128,44 +157,105 @@ class Item:
 
     @property
     def group(self) -> tuple:
-        return (self.decoder, self.num_layers, self.context_width, self.derivation)
+        return (self.decoder, self.num_layers, self.context_width, self.derivation, self.draft_fraction)
 
 
-def _record_int(record: dict, name: str, where: str, low: int) -> Optional[int]:
+def _record_int(record: dict, name: str, where: str, low: int, high: int) -> Optional[int]:
+    """The int field ``name`` of a line, in [low, high); None when absent."""
     if name not in record or record[name] is None:
         return None
     v = record[name]
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise InputError(f"{where}: field {name!r} must be an int >= {low}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v < high:
+        raise InputError(f"{where}: field {name!r} must be an int in [{low}, {high}), got {str(v)[:40]}")
     return v
 
 
+def _conflict(fv, where: str, what: str, theirs, ours) -> None:
+    if not fv.ignore_provenance:
+        raise InputError(f"{where}: the line was generated with {what} {theirs}, but {ours}: scoring it anyway "
+                         "would answer for another watermark (pass --ignore_provenance to score it regardless)")
+
+
 def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
-    """(decoder, m, h): flags given > the JSONL line > a saved detector > the flags' defaults."""
-    def pick(flag, value):
-        if fv[flag].present:
-            return fv[flag].value
-        return defaults[flag] if value is None else value
+    """(decoder, m, h): the JSONL line > a saved detector > the flags' defaults; a flag given on the
+    command line must agree with the line (or --ignore_provenance, then the flag wins)."""
+    from wmspec_jax import decoders
 
     dec = record.get("decoder")
     if dec is not None and dec not in DECODERS:
-        raise InputError(f"{where}: field 'decoder' must be one of {DECODERS}, got {dec!r}")
-    decoder = pick("decoder", dec)
-    m = pick("synthid_layers", _record_int(record, "synthid_layers", where, 1))
-    h = pick("context_width", _record_int(record, "context_width", where, 1))
-    return decoder, (m if decoder == "synthid" else 0), h
+        raise InputError(f"{where}: field 'decoder' must be one of {DECODERS}, got {str(dec)[:40]!r}")
+    recorded = {"decoder": dec,
+                "synthid_layers": _record_int(record, "synthid_layers", where, 1, decoders.MAX_SYNTHID_LAYERS + 1),
+                "context_width": _record_int(record, "context_width", where, 1, prf.MAX_CONTEXT_WIDTH + 1)}
+    if recorded["decoder"] != "synthid":
+        recorded["synthid_layers"] = None  # a Gumbel-max line has no m (null)
+    chosen = {}
+    for flag, value in recorded.items():
+        if fv[flag].present:
+            if value is not None and value != fv[flag].value:
+                _conflict(fv, where, f"{flag}={value}", value, f"--{flag}={fv[flag].value} was given")
+            chosen[flag] = fv[flag].value
+        else:
+            chosen[flag] = defaults[flag] if value is None else value
+    decoder = chosen["decoder"]
+    return decoder, (chosen["synthid_layers"] if decoder == "synthid" else 0), chosen["context_width"]
+
+
+def _check_provenance(fv, record: dict, where: str, secret) -> None:
+    """A line's key fingerprint and PRF version against the secret and this package."""
+    fp = record.get("key_fingerprint")
+    if fp is not None and fp != secret.fingerprint:
+        _conflict(fv, where, "key fingerprint", fp, f"the given secret's is {secret.fingerprint}")
+    version = record.get("prf_version")
+    if version is not None and version != prf.PRF_VERSION:
+        _conflict(fv, where, "PRF version", version, f"this package implements {prf.PRF_VERSION}")
 
 
 def _key_of(fv, record: dict, where: str, number: int) -> tuple:
-    """(run, index) of the text's per-text keys, or (None, None): the secret itself."""
+    """(run, index) of the text's per-text keys, or (None, None): the secret itself (module doc)."""
     if fv["run"].present:
-        return fv.run, fv.index + number
-    if "run" in record or "index" in record:
-        run, index = record.get("run"), _record_int(record, "index", where, 0)
+        index = fv.index + number
+        if index >= MAX_INDEX:
+            raise InputError(f"--index={fv.index}: text indices must stay below 2^64")
+        return fv.run, index
+    derivation = record.get("key_derivation")
+    if derivation == keys.DIRECT:
+        return None, None
+    if derivation is not None and derivation != keys.KEY_DERIVATION:
+        raise InputError(f"{where}: unknown key_derivation {str(derivation)[:40]!r} (this package knows "
+                         f"{keys.DIRECT!r} and {keys.KEY_DERIVATION!r})")
+    if derivation == keys.KEY_DERIVATION or "run" in record or "index" in record:
+        run, index = record.get("run"), _record_int(record, "index", where, 0, MAX_INDEX)
         if not isinstance(run, str) or index is None:
             raise InputError(f"{where}: per-text keys need both 'run' (a string) and 'index' (an int >= 0)")
         return run, index
     return None, None
+
+
+def _recorded_ids(record: dict, where: str, vocab: int) -> Optional[list]:
+    """The line's generated token ids (``tokens``), checked; None when it has none."""
+    ids = record.get("tokens")
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise InputError(f"{where}: field 'tokens' must be a list of token ids (ints)")
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise InputError(f"{where}: token id {bad[0]} is outside the tokenizer's vocabulary [0, {vocab}): "
+                         "the line was generated with another tokenizer (--tokenizer)")
+    return ids
+
+
+def _draft_fraction_of(fv, record: dict, where: str) -> Optional[float]:
+    """Ars-Prior's p for this text: --draft_fraction, else the line's ``draft_fraction``, else None."""
+    if fv.draft_fraction is not None:
+        return None  # one p for every text: the flag, through the detector options
+    value = record.get("draft_fraction")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+        raise InputError(f"{where}: field 'draft_fraction' must be a number in [0, 1], got {str(value)[:40]}")
+    return float(value)
 
 
 def _stream_keys(secret: keys.Secret, items: Sequence[Item]):
@@ -234,7 +324,7 @@ def parse_detectors(items: Sequence[str]) -> list:
     return specs
 
 
-def _build(fv, spec: DetectorSpec, decoder: str, provenance):
+def _build(fv, spec: DetectorSpec, decoder: str, provenance, draft_fraction: Optional[float] = None):
     """The detector object of ``spec`` for statistics of ``decoder`` (None: it does not apply)."""
     from wmspec_jax import detect
 
@@ -250,6 +340,8 @@ def _build(fv, spec: DetectorSpec, decoder: str, provenance):
     if "draft_fraction" in entry.options:
         if fv.draft_fraction is not None:
             options["draft_fraction"] = fv.draft_fraction
+        elif draft_fraction is not None:
+            options["draft_fraction"] = draft_fraction
         options["seed"] = fv.seed
     try:
         return detect.make(name, provenance, **options)
@@ -317,9 +409,10 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     from wmspec_jax import detect
     from wmspec_jax.detect.provenance import Provenance
 
-    decoder, m, h, derivation = items[0].group
+    decoder, m, h, derivation, draft_fraction = items[0].group
     settings = Provenance(decoder, m, h)
-    detectors = [(spec, d) for spec in specs if (d := _build(fv, spec, decoder, settings)) is not None]
+    detectors = [(spec, d) for spec in specs
+                 if (d := _build(fv, spec, decoder, settings, draft_fraction)) is not None]
     if not detectors:
         usable = [n for n in detect.registry.names(decoder, buildable=True) if not detect.registry.entry(n).needs_source]
         raise InputError(f"no --detector applies to {decoder} texts ({items[0].where}, ...): add one of "
@@ -383,6 +476,9 @@ def _line(it: Item, results: list, provenance) -> dict:
     line = {"input": it.where}
     if "id" in it.record:
         line["id"] = it.record["id"]
+    if it.record.get("watermarked") is False:
+        line["generator_note"] = ("the generator recorded no watermark: "
+                                  + str(it.record.get("not_watermarked_because", "unwatermarked method")))
     line.update(num_tokens=len(it.ids), **{k: v for k, v in primary.items()})
     line["provenance"] = provenance.to_dict()
     line["key"] = ({"derivation": keys.DIRECT} if it.run is None
@@ -406,11 +502,13 @@ def _format_p(r: dict) -> str:
 
 def table(lines: Sequence[dict]) -> str:
     """The results as a fixed-width table (what a terminal shows)."""
-    rows = [("input", "tokens", "scored", "detector", "p-value", "verdict", "best window")]
+    rows = [("input", "tokens", "scored", "detector", "p-value", "verdict",
+             "best window (p corrected over the windows tried)")]
     for line in lines:
         for r in line.get("results", [line]):
             w = r.get("window")
-            wtxt = "" if not w else f"tokens {w['start_token']}-{w['end_token']}: p {_format_p(w)} ({w['verdict']})"
+            wtxt = "" if not w else (f"tokens {w['start_token']}-{w['end_token']}: p {_format_p(w)} over "
+                                     f"{w['num_windows']} windows ({w['verdict']})")
             rows.append((line["input"][-40:], str(line["num_tokens"]), str(r["num_scored"]), r["detector"]["name"],
                          _format_p(r), r["verdict"], wtxt))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
@@ -424,23 +522,82 @@ def table(lines: Sequence[dict]) -> str:
 # ---------------------------------------------------------------------------
 
 
-def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
-    """Runs the tool on parsed flags: (JSON-able result lines, timing dict)."""
-    stderr = stderr or sys.stderr
+def _check_flags(fv) -> None:
+    """The float flags absl's bounds let through (NaN compares false to every bound)."""
+    if not (math.isfinite(fv.alpha) and 0.0 < fv.alpha <= 1.0):
+        raise InputError(f"--alpha must be a number in (0, 1], got {fv.alpha}")
+    if fv.tau is not None and not (math.isfinite(fv.tau) and 0.0 <= fv.tau <= 1.0):
+        raise InputError(f"--tau must be a number in [0, 1], got {fv.tau}")
+    if fv.draft_fraction is not None and not (math.isfinite(fv.draft_fraction) and 0.0 <= fv.draft_fraction <= 1.0):
+        raise InputError(f"--draft_fraction must be a number in [0, 1], got {fv.draft_fraction}")
+    if fv.run is not None and fv["run"].present and not fv.run:
+        raise InputError("--run must not be empty")
+
+
+def check_output(output: Optional[str], inputs: Sequence[str]) -> None:
+    """Refuses an ``--output`` that is one of the inputs or cannot be written, before any work."""
+    if output is None:
+        return
+    for path in inputs:
+        if path != "-" and os.path.exists(path) and (
+                os.path.realpath(path) == os.path.realpath(output)
+                or (os.path.exists(output) and os.path.samefile(path, output))):
+            raise InputError(f"--output={output} is also an input: the results would replace the texts; choose "
+                             "another --output")
+    if os.path.isdir(output):
+        raise InputError(f"--output={output} is a directory")
+    directory = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(directory):
+        raise InputError(f"--output={output}: the directory {directory} does not exist")
+    try:  # the file is written atomically (a temporary file beside it, then a rename): try exactly that
+        import tempfile
+
+        fd, probe = tempfile.mkstemp(dir=directory, prefix=".wmspec-detect-", suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise InputError(f"--output={output} cannot be written ({e.strerror})") from None
+
+
+def _secret(fv, stderr):
     demo = fv.demo_secret
     if not (fv.secret_file or fv.secret_env or os.environ.get(keys.ENV_VAR) or demo):
         raise InputError(f"no watermark key source: export the secret in ${keys.ENV_VAR}, or pass "
                          "--secret_env=VAR / --secret_file=PATH (the key is never read from the command line)")
     try:
         if demo and not (fv.secret_file or fv.secret_env or os.environ.get(keys.ENV_VAR)):
-            secret = keys.Secret(keys.DEMO_SECRET)
             print(f"{PROG}: using the PUBLIC demo secret (anyone can detect and forge its watermark)", file=stderr)
-        else:
-            secret, _ = cli_flags.secret_from_flags(fv, allow_demo=False)
+            return keys.Secret(keys.DEMO_SECRET)
+        return cli_flags.secret_from_flags(fv, allow_demo=False)[0]
     except ValueError as e:
         raise InputError(str(e)) from None
+
+
+def write_human_texts(path: str) -> int:
+    """Writes the built-in human texts as JSONL (``{"id", "source", "text"}``); returns how many."""
+    from wmspec_jax import data, results
+
+    rows = [{"id": f"builtin-eli5/{i}", "source": "builtin-eli5 answer", "text": t}
+            for i, t in enumerate(data.builtin_questions().human_texts)]
+    rows += [{"id": f"builtin-c4/{i}", "source": "builtin-c4 opening", "text": e.human}
+             for i, e in enumerate(data.builtin_openings().examples)]
+    rows = [r for r in rows if r["text"].strip()]
+    results.atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return len(rows)
+
+
+def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
+    """Runs the tool on parsed flags: (JSON-able result lines, timing dict)."""
+    stderr = stderr or sys.stderr
+    _check_flags(fv)
+    all_paths = list(fv.input) + list(paths)
+    check_output(fv.output, all_paths)
+    secret = _secret(fv, stderr)
     t0 = time.perf_counter()
-    inputs = read_inputs(list(fv.input) + list(paths), fmt=fv.input_format, field=fv.text_field, stdin=stdin)
+    skipped: list = []
+    inputs = read_inputs(all_paths, fmt=fv.input_format, field=fv.text_field, stdin=stdin, skipped=skipped)
+    for where, why in skipped:
+        print(f"{PROG}: skipped {where}: {why}", file=stderr)
     specs = parse_detectors(fv.detector)
     loaded = [s.loaded for s in specs if s.loaded is not None]
     defaults = {"decoder": fv.decoder, "synthid_layers": fv.synthid_layers, "context_width": fv.context_width}
@@ -451,19 +608,27 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
     tokenizer = load_tokenizer(fv.tokenizer)
     vocab = vocab_size(tokenizer)
     t_read = time.perf_counter()
-    texts = [x.text for x in inputs]
-    try:
-        enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=fv.windowed)
-    except NotImplementedError:  # slow tokenizers have no offsets
-        enc = tokenizer(texts, add_special_tokens=False)
-    ids = enc["input_ids"]
-    offsets = enc.get("offset_mapping") if fv.windowed else None
+    recorded = [_recorded_ids(x.record, x.where, vocab) for x in inputs]
+    to_tokenize = [i for i, r in enumerate(recorded) if r is None]
+    texts = [inputs[i].text for i in to_tokenize]
+    ids: list = list(recorded)
+    offsets: list = [None] * len(inputs)
+    if texts:
+        try:
+            enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=fv.windowed)
+        except NotImplementedError:  # slow tokenizers have no offsets
+            enc = tokenizer(texts, add_special_tokens=False)
+        for j, i in enumerate(to_tokenize):
+            ids[i] = enc["input_ids"][j]
+            if fv.windowed and enc.get("offset_mapping") is not None:
+                offsets[i] = enc["offset_mapping"][j]
     items = []
     for number, (x, toks) in enumerate(zip(inputs, ids)):
+        _check_provenance(fv, x.record, x.where, secret)
         decoder, m, h = _settings_of(fv, x.record, x.where, defaults)
         run, index = _key_of(fv, x.record, x.where, number)
-        items.append(Item(number, x.where, x.record, list(toks), None if offsets is None else offsets[number],
-                          decoder, m, h, run, index))
+        items.append(Item(number, x.where, x.record, list(toks), offsets[number], decoder, m, h, run, index,
+                          _draft_fraction_of(fv, x.record, x.where)))
     t_tok = time.perf_counter()
     groups: dict = {}
     for it in items:
@@ -474,7 +639,7 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
     num_tokens = sum(len(it.ids) for it in items)
     timing = {"texts": len(items), "tokens": num_tokens, "read_seconds": t_read - t0,
               "tokenize_seconds": t_tok - t_read, "score_seconds": t_score - t_tok,
-              "tokens_per_second": num_tokens / max(t_score - t_read, 1e-9)}
+              "tokens_per_second": num_tokens / max(t_score - t_read, 1e-9), "skipped_lines": len(skipped)}
     return [it.result for it in items], timing
 
 
@@ -493,6 +658,16 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     status, paths = cli_flags.parse_tool_argv(fv, argv, PROG, help_text, stdout, stderr)
     if status is not None:
         return status
+    if fv.write_human_texts:
+        try:
+            check_output(fv.write_human_texts, [])
+            n = write_human_texts(fv.write_human_texts)
+        except (InputError, ValueError, OSError) as e:
+            print(f"{PROG}: error: {e}", file=stderr)
+            return 2
+        print(f"{PROG}: wrote {n} built-in human texts to {fv.write_human_texts}", file=stderr)
+        return 0
+    cli_flags.enable_compilation_cache()
     try:
         lines, timing = detect_texts(fv, paths, stdin=stdin, stderr=stderr)
     except (InputError, ValueError, OSError) as e:

@@ -17,38 +17,59 @@ temperature, top-k and K are flags; the pair is ``builtin`` (SmolLM2-135M +
 its distilled draft, no download) or local Hugging Face checkpoints.
 
 Each output line is one text: ``id``, ``run``, ``index``, ``prompt``,
-``text``, the generated token ids, why it stopped, and every setting
-detection needs (decoder, m, h, method, temperature, model, tokenizer, the
-key's fingerprint — never the key). Text ``index`` of run ``run`` is
-watermarked with ``keys.text_keys(secret, [index], run)``; the run name
-defaults to a fresh ``gen-<UTC time>-<random>`` so two invocations never
-share keys, and ``wmspec-detect`` reads ``run`` / ``index`` from the lines.
+``text``, the generated token ids (the end-of-turn token included), why it
+stopped, whether it carries a watermark (``watermarked``; false for
+``plain`` / ``standard`` and at temperature 0, with the reason), and every
+setting detection needs (decoder, m, h, method, temperature, model,
+tokenizer, the key's fingerprint — never the key — its derivation and the
+PRF version).
+
+**Keys.** ``--keys=deployment`` (default): every text is watermarked with
+one key per secret (``Secret.stream_keys()``, derivation ``direct``), so an
+answer pasted into a file is detected by ``wmspec-detect`` with the secret
+alone. The watermark is then a deterministic function of the secret and the
+context: the same prompt at the same settings gives the same text (repeated
+prompts in one input are reported). ``--keys=per_text``: text ``index`` of
+run ``run`` gets ``keys.text_keys(secret, [index], run)`` (the experiments'
+keys: independent draws for every text; detection needs the line's ``run``
+and ``index``, which ``wmspec-detect`` reads from the JSONL, or ``--run`` /
+``--index`` for plain text). The run name defaults to a fresh
+``gen-<UTC time>-<random>``. Methods that draw no watermark (``plain``,
+``standard``) need no key.
+
 With ``--output`` each batch is appended (fsynced) as it finishes; rerunning
-with the same ``--run`` resumes (the settings must match); the file is locked
-against a second writer. Progress goes to stderr.
+with the same ``--run`` resumes (the settings must match; lines that cannot be
+read or lack a run / index are skipped with a report and stay in the file);
+the file is locked against a second writer and may not be one of the inputs.
+Sizes are checked before any model loads (K at most ``--max_new_tokens`` and
+32, a finite temperature, text indices below 2^32). Progress goes to stderr.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import sys
 import time
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 from absl import flags
 
-from wmspec_jax import keys, prf
+from wmspec_jax import keys
+from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.cli.texts import InputError, read_inputs
 
 PROG = "wmspec-generate"
+KEY_MODES = ("deployment", "per_text")
+MAX_INDEX = 2 ** 32  # text indices key the true randomness as uint32 (runs.text_rngs)
 
 
 def define_flags(fv: flags.FlagValues) -> None:
-    from wmspec_jax.speculative import METHODS
+    from wmspec_jax.methods import METHODS
 
     cli_flags.define_input_flags(fv, what="prompt", text_format="one prompt per non-empty line", field="prompt")
     flags.DEFINE_enum("prompt_kind", "question", ["question", "text"], "question: through the chat template; "
@@ -56,6 +77,10 @@ def define_flags(fv: flags.FlagValues) -> None:
     cli_flags.define_pair_flags(fv)
     cli_flags.define_secret_flags(fv, demo_flag=True)
     flags.DEFINE_enum("method", "pseudorandom", sorted(METHODS), "generation method (pseudorandom = Alg. 1)",
+                      flag_values=fv)
+    flags.DEFINE_enum("keys", "deployment", list(KEY_MODES), "deployment: one key per secret for every text (a "
+                      "pasted answer is detected with the secret alone; the same prompt gives the same text); "
+                      "per_text: the experiments' per-(run, index) keys (detection needs run and index)",
                       flag_values=fv)
     flags.DEFINE_integer("lookahead", 3, "K drafts per step (speculative methods; 0 for basic / plain)",
                          lower_bound=0, flag_values=fv)
@@ -80,7 +105,12 @@ def define_flags(fv: flags.FlagValues) -> None:
                         flag_values=fv)
 
 
-def _secret(fv, stderr):
+def _secret(fv, stderr) -> Optional[keys.Secret]:
+    """The secret, or None for a method that draws no watermark (no key needed)."""
+    from wmspec_jax.methods import METHODS
+
+    if not METHODS[fv.method].watermarks:
+        return None
     have = fv.secret_file or fv.secret_env or os.environ.get(keys.ENV_VAR)
     if not have:
         if not fv.demo_secret:
@@ -106,7 +136,8 @@ def _config(fv, pair):
 
 
 def _open_output(fv, run: str, stderr):
-    """(store or None, lock or None, done indices): resumes ``--output`` of the same run."""
+    """(store or None, lock or None, done indices): resumes ``--output`` of the same run. Lines that
+    are not records of a text (no string ``run``, no int ``index``) are reported and left alone."""
     from wmspec_jax import results
 
     if fv.output is None:
@@ -119,13 +150,38 @@ def _open_output(fv, run: str, stderr):
         raise
     if store.load_report():
         print(f"{PROG}: {store.load_report()}", file=stderr)
-    runs_in = {r.get("run") for r in store.values()}
-    if store.records and run not in runs_in:
+    usable, unusable = [], []
+    for rec in store.values():
+        index = rec.get("index")
+        ok = isinstance(rec.get("run"), str) and isinstance(index, int) and not isinstance(index, bool)
+        (usable if ok else unusable).append(rec)
+    if unusable:
+        shown = ", ".join(repr(r.get("id"))[:40] for r in unusable[:5])
+        print(f"{PROG}: {fv.output}: skipped {len(unusable)} record(s) without a run and an integer index "
+              f"(ids {shown}); they stay in the file", file=stderr)
+    runs_in = {r["run"] for r in usable}
+    if usable and run not in runs_in:
         lock.release()
-        hint = f" (its run: {sorted(map(str, runs_in))[0]})" if len(runs_in) == 1 else ""
+        hint = f" (its run: {sorted(runs_in)[0]})" if len(runs_in) == 1 else ""
         raise InputError(f"--output={fv.output} already holds texts of another run{hint}: pass that --run to "
                          "resume it, or choose another --output")
-    return store, lock, {r["index"]: r for r in store.values() if r.get("run") == run}
+    return store, lock, {r["index"]: r for r in usable if r["run"] == run}
+
+
+def _derivation(fv, secret) -> Optional[str]:
+    if secret is None:
+        return None
+    return keys.DIRECT if fv.keys == "deployment" else keys.KEY_DERIVATION
+
+
+def _watermark_record(fv, config) -> dict:
+    """``watermarked`` and, when false, why: what a reader of the saved lines must know."""
+    if not config.spec.watermarks:
+        return {"watermarked": False, "not_watermarked_because": f"method {fv.method} draws no watermark"}
+    if config.temperature == 0:
+        return {"watermarked": False,
+                "not_watermarked_because": "temperature 0: every distribution is one-hot"}
+    return {"watermarked": True}
 
 
 def _settings_record(fv, pair, secret, config) -> dict:
@@ -134,8 +190,10 @@ def _settings_record(fv, pair, secret, config) -> dict:
             "synthid_layers": fv.synthid_layers if fv.decoder == "synthid" else None,
             "context_width": fv.context_width, "temperature": fv.temperature, "top_k": fv.top_k or None,
             "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
-            "tokenizer": fv.target, "seed": fv.seed, "key_fingerprint": secret.fingerprint,
-            "key_derivation": keys.KEY_DERIVATION}
+            "tokenizer": fv.target, "seed": fv.seed,
+            "key_fingerprint": None if secret is None else secret.fingerprint,
+            "key_derivation": _derivation(fv, secret), "prf_version": prf.PRF_VERSION,
+            **_watermark_record(fv, config)}
 
 
 def _records(fv, run, pair, prompts, where, idx, rows, out, secret, config) -> list:
@@ -158,6 +216,56 @@ def _records(fv, run, pair, prompts, where, idx, rows, out, secret, config) -> l
     return recs
 
 
+def _check_sizes(fv, num_texts: int) -> None:
+    """Everything that can be refused before a model loads (module doc)."""
+    from wmspec_jax import decoders, speculative
+
+    if not math.isfinite(fv.temperature):
+        raise InputError(f"--temperature must be a finite number >= 0, got {fv.temperature}")
+    try:
+        decoders.check_temperature(fv.temperature)
+    except ValueError as e:
+        raise InputError(f"--temperature: {e}") from None
+    method = speculative.METHODS[fv.method]
+    if method.speculative and fv.lookahead > min(fv.max_new_tokens, speculative.MAX_LOOKAHEAD):
+        raise InputError(f"--lookahead={fv.lookahead} exceeds --max_new_tokens={fv.max_new_tokens} or "
+                         f"{speculative.MAX_LOOKAHEAD}: a step drafts K tokens one forward at a time")
+    if fv.decoder == "synthid" and fv.synthid_layers > decoders.MAX_SYNTHID_LAYERS:
+        raise InputError(f"--synthid_layers={fv.synthid_layers} exceeds {decoders.MAX_SYNTHID_LAYERS}")
+    if fv.context_width > prf.MAX_CONTEXT_WIDTH:
+        raise InputError(f"--context_width={fv.context_width} exceeds {prf.MAX_CONTEXT_WIDTH}")
+    if fv.first_index + num_texts > MAX_INDEX:
+        raise InputError(f"--first_index={fv.first_index}: text indices must stay below 2^32 "
+                         f"({num_texts} texts)")
+
+
+def _check_output_is_not_an_input(output: Optional[str], paths: Sequence[str]) -> None:
+    if output is None:
+        return
+    for path in paths:
+        if path != "-" and os.path.exists(path) and (
+                os.path.realpath(path) == os.path.realpath(output)
+                or (os.path.exists(output) and os.path.samefile(path, output))):
+            raise InputError(f"--output={output} is also an input: the generated lines would be written into "
+                             "it; choose another --output")
+
+
+def _report_repeated_prompts(fv, texts: Sequence[str], where: Sequence[str], stderr) -> None:
+    if fv.keys != "deployment":
+        return
+    first: dict = {}
+    repeats = []
+    for t, w in zip(texts, where):
+        if t in first:
+            repeats.append((first[t], w))
+        first.setdefault(t, w)
+    if repeats:
+        shown = "; ".join(f"{w} repeats {f}" for f, w in repeats[:3])
+        print(f"{PROG}: warning: {len(repeats)} repeated prompt(s) ({shown}): with --keys=deployment a prompt "
+              "gives the same text every time at these settings; --keys=per_text draws independent texts",
+              file=stderr)
+
+
 def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     """Runs the tool on parsed flags; returns the number of texts generated now."""
     import jax
@@ -165,10 +273,12 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
     from wmspec_jax import pairs, results, runs, speculative
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+    all_paths = list(fv.input) + list(paths)
+    _check_output_is_not_an_input(fv.output, all_paths)
     secret = _secret(fv, stderr)
-    inputs = read_inputs(list(fv.input) + list(paths), fmt=fv.input_format, field=fv.prompt_field, unit="line",
-                         stdin=stdin)
+    inputs = read_inputs(all_paths, fmt=fv.input_format, field=fv.prompt_field, unit="line", stdin=stdin)
     inputs = [x for x in inputs if x.text.strip()]
+    _check_sizes(fv, len(inputs))
     if pairs.TOY in (fv.target, fv.draft):
         raise InputError("--target=toy: the toy pair has no text tokenizer; use builtin or local checkpoints")
     try:
@@ -180,11 +290,19 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
     try:
         t0 = time.perf_counter()
         pair = pairs.load_pair(fv.target, fv.draft, fv.dtype)
-        print(f"{PROG}: pair {pair.name} loaded in {time.perf_counter() - t0:.1f} s; run {run}; key fingerprint "
-              f"{secret.fingerprint}", file=stderr)
-        config = _config(fv, pair)
+        keyed = "no watermark key" if secret is None else f"key fingerprint {secret.fingerprint} ({fv.keys} keys)"
+        print(f"{PROG}: pair {pair.name} loaded in {time.perf_counter() - t0:.1f} s; run {run}; {keyed}",
+              file=stderr)
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            config = _config(fv, pair)
+        for w in caught:
+            print(f"{PROG}: warning: {w.message}", file=stderr)
         texts = [x.text for x in inputs]
         where = [x.where for x in inputs]
+        _report_repeated_prompts(fv, texts, where, stderr)
         prompts, lengths = pairs.encode_prompts(pair, texts, fv.prompt_kind, fv.max_prompt_tokens,
                                                 too_long="truncate" if fv.truncate_prompts else "error")
         indices = [fv.first_index + i for i in range(len(texts))]
@@ -206,7 +324,7 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
             padded = idx + [idx[-1]] * (fv.batch_size - len(idx))  # static shapes: one compilation
             rows = [i - fv.first_index for i in padded]
             out = speculative.generate(pair.target, pair.target_params, prompts[rows], lengths[rows],
-                                       keys.text_keys(secret, padded, run=run), runs.text_rngs(fv.seed, run, padded),
+                                       _text_keys(fv, secret, padded, run), runs.text_rngs(fv.seed, run, padded),
                                        config, draft=draft[0], draft_params=draft[1])
             jax.block_until_ready(out.tokens)
             recs = _records(fv, run, pair, texts, where, idx, range(len(idx)), out, secret, config)
@@ -222,11 +340,16 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
             lock.release()
 
 
+def _text_keys(fv, secret, indices, run: str):
+    if secret is None:  # a method without a watermark: the key is never read
+        return keys.Secret(keys.DEMO_SECRET).stream_keys()
+    if fv.keys == "deployment":
+        return secret.stream_keys()
+    return keys.text_keys(secret, indices, run=run)
+
+
 def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     """The tool: parses ``argv`` (``argv[0]`` is the program name) and returns the exit status."""
-    from wmspec_jax import results
-    from wmspec_jax.models import hf
-
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     fv = flags.FlagValues()
     define_flags(fv)
@@ -235,6 +358,10 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
         stdout, stderr)
     if status is not None:
         return status
+    from wmspec_jax import results
+    from wmspec_jax.models import hf
+
+    cli_flags.enable_compilation_cache()
     try:
         n = generate_texts(fv, paths, stdin=stdin, stdout=stdout, stderr=stderr)
     except (InputError, ValueError, TypeError, OSError, results.OutputDirLocked, hf.CheckpointError) as e:

@@ -46,23 +46,40 @@ def _decode(raw: bytes, where: str) -> str:
             from None
 
 
-def _jsonl(text: str, where: str, field: str) -> list:
+def _jsonl_line(line: str, where: str, field: str) -> InputText:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{where}: not a JSON object ({e.msg}); JSONL needs one object per line") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{where}: a JSON {type(obj).__name__}, not an object")
+    if field not in obj:
+        raise InputError(f"{where}: no {field!r} field (fields: {sorted(obj)[:10]})")
+    if not isinstance(obj[field], str):
+        raise InputError(f"{where}: the {field!r} field is a {type(obj[field]).__name__}, not a string")
+    _check_unicode(obj[field], where)
+    return InputText(obj[field], where, obj)
+
+
+def _check_unicode(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # JSON's "\ud800" escapes decode to lone surrogates
+        raise InputError(f"{where}: the text is not valid Unicode (a lone surrogate at character {e.start})") \
+            from None
+
+
+def _jsonl(text: str, where: str, field: str, skipped: Optional[list]) -> list:
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"{where}:{number}: not a JSON object ({e.msg}); JSONL needs one object per line") \
-                from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}:{number}: a JSON {type(obj).__name__}, not an object")
-        if field not in obj:
-            raise InputError(f"{where}:{number}: no {field!r} field (fields: {sorted(obj)[:10]})")
-        if not isinstance(obj[field], str):
-            raise InputError(f"{where}:{number}: the {field!r} field is a {type(obj[field]).__name__}, not a string")
-        out.append(InputText(obj[field], f"{where}:{number}", obj))
+            out.append(_jsonl_line(line, f"{where}:{number}", field))
+        except InputError as e:
+            if skipped is None:
+                raise
+            skipped.append((f"{where}:{number}", str(e).split(": ", 1)[-1]))
     return out
 
 
@@ -72,7 +89,7 @@ def _looks_like_jsonl(text: str) -> bool:
 
 
 def read_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text", unit: str = "document",
-                stdin: Optional[IO[bytes]] = None) -> list:
+                stdin: Optional[IO[bytes]] = None, skipped: Optional[list] = None) -> list:
     """The texts of the inputs, in order.
 
     Args:
@@ -84,10 +101,13 @@ def read_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
       unit: a plain-text input is one text (``"document"``) or one text per
         non-empty line (``"line"``, the prompts of ``wmspec-generate``).
       stdin: a binary stream for ``"-"`` (default ``sys.stdin.buffer``).
+      skipped: a list: a JSONL line that is not an object with a string
+        ``field`` (or whose text is not valid Unicode) is skipped and
+        ``(where, why)`` appended to it, instead of raising.
 
     Raises:
       InputError: a missing or unreadable file, binary input, malformed
-        JSONL, or no non-empty text at all ("empty input").
+        JSONL (without ``skipped``), or no non-empty text at all ("empty input").
     """
     import sys
 
@@ -114,7 +134,7 @@ def read_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
         jsonl = fmt == "jsonl" or (fmt == "auto" and (where.lower().endswith(JSONL_SUFFIXES)
                                                      or (where == "stdin" and _looks_like_jsonl(text))))
         if jsonl:
-            texts += _jsonl(text, where, field)
+            texts += _jsonl(text, where, field, skipped)
         elif unit == "line":
             texts += [InputText(line.strip(), f"{where}:{n}", {}) for n, line in enumerate(text.splitlines(), 1)
                       if line.strip()]
@@ -122,7 +142,8 @@ def read_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
             texts.append(InputText(text, where, {}))
     if not any(t.text.strip() for t in texts):
         what = "prompts" if unit == "line" else "texts"
-        raise InputError(f"empty input: no {what} in {', '.join(list(paths) or ['stdin'])}")
+        bad = f" ({len(skipped)} unreadable line(s) skipped)" if skipped else ""
+        raise InputError(f"empty input: no {what} in {', '.join(list(paths) or ['stdin'])}{bad}")
     return texts
 
 

@@ -26,84 +26,62 @@ Pipeline (see ``docs/detection.md``):
 5. :func:`save_detector` / :func:`load_detector` — key-free archives.
 """
 
-from wmspec_jax.detect import gumbel, io, metrics, provenance, pvalues, registry, streams, synthid, weighted, windows
-from wmspec_jax.detect.common import Detector, Scores, TokenTerms, decision_scores
-from wmspec_jax.detect.provenance import Provenance, ProvenanceMismatch, check_compatible
-from wmspec_jax.detect.gumbel import (
-    TAU_GRID,
-    ArsPrior,
-    ArsTau,
-    Oracle,
-    SingleStream,
-    Soft,
-    text_rngs,
-    ars_prior_detector,
-    fit_ars_tau,
-    fit_soft,
-    gamma_test,
-    score_ars_prior,
-    score_ars_tau,
-    score_oracle,
-    score_single,
-    score_soft,
+from wmspec_jax._lazy import attach
+
+SUBMODULES = (
+    "common", "gumbel", "io", "metrics", "provenance", "pvalues", "registry", "streams", "synthid", "weighted",
+    "windows",
 )
-from wmspec_jax.detect.io import load_detector, save_detector
-from wmspec_jax.detect.pvalues import binomial_half_log_sf, gamma_log_sf
-from wmspec_jax.detect.streams import (
-    GumbelStats,
-    Records,
-    SynthIDStats,
-    draft_fraction,
-    gumbel_statistics,
-    pseudo_source,
-    records_from_generation,
-    synthid_statistics,
-    take,
-    truncate,
-)
-from wmspec_jax.detect.registry import DEFAULTS, from_saved, make
-from wmspec_jax.detect.synthid import (
-    Bayes,
-    BayesConfig,
-    MeanTest,
-    TrainConfig,
-    make_dataset,
-    mean_test,
-    score_bayes,
-    synthid_weights,
-    train_bayes,
-)
-
-
-def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
-    """``detector.score(stats, source=source, rng=rng)`` (kept as a function for older code).
-
-    Args:
-      detector: any detector object (:func:`make`, :func:`fit_ars_tau`,
-        :func:`fit_soft`, :func:`train_bayes`, :func:`load_detector`).
-      stats: statistics of the matching decoder.
-      source: int8[B, L] token sources (the Oracles only).
-      rng: ``jax.random`` key or per-text keys (Ars-Prior only; default
-        ``jax.random.key(detector.seed)``).
-
-    Raises:
-      ProvenanceMismatch: the statistics were computed with other settings
-        (decoder, m, h, PRF version) or another key than the detector's.
-    """
-    if not isinstance(detector, Detector):
-        raise TypeError(f"expected a detector object (wmspec_jax.detect.make / fit_* / load_detector), got "
-                        f"{type(detector).__name__}")
-    return detector.score(stats, source=source, rng=rng)
-
-
-__all__ = [
-    "ArsPrior", "ArsTau", "Bayes", "DEFAULTS", "MeanTest", "Oracle", "SingleStream", "Soft", "TokenTerms",
-    "from_saved", "make", "registry", "text_rngs", "windows",
-    "BayesConfig", "Detector", "GumbelStats", "Provenance", "ProvenanceMismatch", "Records", "Scores",
-    "SynthIDStats", "TAU_GRID", "TrainConfig", "check_compatible", "provenance", "take", "weighted",
-    "ars_prior_detector", "binomial_half_log_sf", "decision_scores", "draft_fraction", "fit_ars_tau", "fit_soft",
-    "gamma_log_sf", "gamma_test", "gumbel", "gumbel_statistics", "io", "load_detector", "make_dataset",
-    "mean_test", "metrics", "pseudo_source", "pvalues", "records_from_generation", "save_detector", "score",
-    "score_ars_prior", "score_ars_tau", "score_bayes", "score_oracle", "score_single", "score_soft", "streams",
-    "synthid", "synthid_statistics", "synthid_weights", "train_bayes", "truncate",
-]
+_NAMES = {
+    "ArsPrior": "gumbel",
+    "ArsTau": "gumbel",
+    "Bayes": "synthid",
+    "BayesConfig": "synthid",
+    "DEFAULTS": "registry",
+    "Detector": "common",
+    "GumbelStats": "streams",
+    "MeanTest": "synthid",
+    "Oracle": "gumbel",
+    "Provenance": "provenance",
+    "ProvenanceMismatch": "provenance",
+    "Records": "streams",
+    "Scores": "common",
+    "SingleStream": "gumbel",
+    "Soft": "gumbel",
+    "SynthIDStats": "streams",
+    "TAU_GRID": "gumbel",
+    "TokenTerms": "common",
+    "TrainConfig": "synthid",
+    "ars_prior_detector": "gumbel",
+    "binomial_half_log_sf": "pvalues",
+    "check_compatible": "provenance",
+    "decision_scores": "common",
+    "draft_fraction": "streams",
+    "fit_ars_tau": "gumbel",
+    "fit_soft": "gumbel",
+    "from_saved": "registry",
+    "gamma_log_sf": "pvalues",
+    "gamma_test": "gumbel",
+    "gumbel_statistics": "streams",
+    "load_detector": "io",
+    "make": "registry",
+    "make_dataset": "synthid",
+    "mean_test": "synthid",
+    "pseudo_source": "streams",
+    "records_from_generation": "streams",
+    "save_detector": "io",
+    "score_ars_prior": "gumbel",
+    "score_ars_tau": "gumbel",
+    "score_bayes": "synthid",
+    "score_oracle": "gumbel",
+    "score_single": "gumbel",
+    "score_soft": "gumbel",
+    "synthid_statistics": "streams",
+    "synthid_weights": "synthid",
+    "take": "streams",
+    "text_rngs": "gumbel",
+    "train_bayes": "synthid",
+    "truncate": "streams",
+    "score": "common",
+}
+__getattr__, __dir__, __all__ = attach(__name__, SUBMODULES, _NAMES)

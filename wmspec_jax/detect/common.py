@@ -194,3 +194,24 @@ def check_unit(x, name: str, *, open_interval: bool = False) -> float:
     if not ok or np.isnan(x):
         raise ValueError(f"{name} must lie in {'(0, 1)' if open_interval else '[0, 1]'}, got {x}")
     return x
+
+
+def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
+    """``detector.score(stats, source=source, rng=rng)`` (kept as a function for older code).
+
+    Args:
+      detector: any detector object (:func:`make`, :func:`fit_ars_tau`,
+        :func:`fit_soft`, :func:`train_bayes`, :func:`load_detector`).
+      stats: statistics of the matching decoder.
+      source: int8[B, L] token sources (the Oracles only).
+      rng: ``jax.random`` key or per-text keys (Ars-Prior only; default
+        ``jax.random.key(detector.seed)``).
+
+    Raises:
+      ProvenanceMismatch: the statistics were computed with other settings
+        (decoder, m, h, PRF version) or another key than the detector's.
+    """
+    if not isinstance(detector, Detector):
+        raise TypeError(f"expected a detector object (wmspec_jax.detect.make / fit_* / load_detector), got "
+                        f"{type(detector).__name__}")
+    return detector.score(stats, source=source, rng=rng)

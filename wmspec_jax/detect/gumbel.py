@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import validation
-from wmspec_jax.detect import metrics, pvalues
+from wmspec_jax.detect import pvalues
 from wmspec_jax.detect.common import Detector, Scores, TokenTerms, check_unit, config_provenance, fitted_provenance
 from wmspec_jax.detect.provenance import Provenance, check_compatible
 from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, arrays_only, check_source, check_statistics
@@ -500,6 +500,8 @@ def fit_ars_tau(
         _require_scored(negatives, "negatives")
         check_compatible(negatives.provenance, prov, what="negatives", against="positives")
         lpn = np.asarray(_log_p_grid(arrays_only(negatives), jnp.asarray(grid)))
+        from wmspec_jax.detect import metrics  # fitting only: it brings scipy.stats
+
         tpr, _ = metrics._tpr_np(-lp.astype(np.float64), -lpn.astype(np.float64), fpr)  # per τ
         calibration = "negatives"
     median_strength = np.median(-lp, axis=1)

@@ -23,13 +23,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
-from wmspec_jax.detect import gumbel, synthid
-from wmspec_jax.detect.common import Detector
-from wmspec_jax.detect.provenance import Provenance
+import importlib
 
-CLASSES = {cls.kind: cls for cls in (gumbel.SingleStream, gumbel.ArsTau, gumbel.ArsPrior, gumbel.Oracle,
-                                     gumbel.Soft, synthid.MeanTest, synthid.Bayes)}
-"""Saved kind -> detector class."""
+# The detector modules are imported when a detector is made or loaded, not with the registry:
+# listing the names (a tool's --help) does not start JAX.
+
+
+def _module(name: str):
+    return importlib.import_module(f"wmspec_jax.detect.{name}")
+
+
+def _classes() -> dict:
+    g, s = _module("gumbel"), _module("synthid")
+    return {cls.kind: cls for cls in (g.SingleStream, g.ArsTau, g.ArsPrior, g.Oracle, g.Soft, s.MeanTest, s.Bayes)}
+
+
+def __getattr__(name: str):
+    if name == "CLASSES":  # saved kind -> detector class
+        return _classes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +62,7 @@ class Entry:
     name: str
     decoder: str
     summary: str
-    build: Optional[Callable[..., Detector]] = None
+    build: Optional[Callable[..., Any]] = None
     options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     needs_source: bool = False
     paper: str = ""
@@ -62,25 +74,29 @@ class Entry:
 
 def _entries():
     g, s = "gumbel", "synthid"
+    gumbel = lambda: _module("gumbel")  # noqa: E731
+    synthid = lambda: _module("synthid")  # noqa: E731
     return [
-        Entry("single", g, "y^T of every token: the basic (non-speculative) watermark", 
-              lambda prov: gumbel.SingleStream(prov), paper="Sec. 4.2"),
+        Entry("single", g, "y^T of every token: the basic (non-speculative) watermark",
+              lambda prov: gumbel().SingleStream(prov), paper="Sec. 4.2"),
         Entry("ars-tau", g, "y^D if u < tau else y^T; tau from a saved detector or --tau",
-              lambda prov, tau=0.5: gumbel.ArsTau(prov, tau), {"tau": 0.5}, paper="Eq. 11"),
-        Entry("ars-prior", g, "y^D with probability p per token (random, independent of the y's)",
-              lambda prov, draft_fraction=0.5, seed=0: gumbel.ArsPrior(prov, draft_fraction, seed),
+              lambda prov, tau=0.5: gumbel().ArsTau(prov, tau), {"tau": 0.5}, paper="Eq. 11"),
+        Entry("ars-prior", g, "y^D with probability p per token (random, independent of the y's); p from "
+              "--draft_fraction, else the line's draft_fraction, else 0.5",
+              lambda prov, draft_fraction=0.5, seed=0: gumbel().ArsPrior(prov, draft_fraction, seed),
               {"draft_fraction": 0.5, "seed": 0}, paper="Eq. 12"),
         Entry("oracle", g, "the true stream of each token (needs generation records)",
-              lambda prov: gumbel.Oracle(prov), needs_source=True, paper="Sec. 4.2"),
+              lambda prov: gumbel().Oracle(prov), needs_source=True, paper="Sec. 4.2"),
         Entry("soft", g, "per-token likelihood ratio using u; fitted (saved detector)"),
         Entry("soft-oracle", g, "the soft statistic with the true sources; fitted (saved detector)",
               needs_source=True),
         Entry("synthid-mean", s, "mean g-value of both streams, exact p-value",
-              lambda prov: synthid.MeanTest(prov, "both"), paper="Sec. 2 (mean score)"),
+              lambda prov: synthid().MeanTest(prov, "both"), paper="Sec. 2 (mean score)"),
         Entry("synthid-mean-target", s, "mean g-value of the target stream: the basic watermark",
-              lambda prov: synthid.MeanTest(prov, "target"), paper="Sec. 2 (mean score)"),
-        Entry("synthid-weighted-mean", s, "SynthID's weighted mean of both streams (exact / bounded p-value)",
-              lambda prov: synthid.MeanTest(prov, "both", weighted=True)),
+              lambda prov: synthid().MeanTest(prov, "target"), paper="Sec. 2 (mean score)"),
+        Entry("synthid-weighted-mean", s, "SynthID's weighted mean of both streams; its p-value is a valid "
+              "but conservative bound: exactly 1 for about half of unwatermarked texts",
+              lambda prov: synthid().MeanTest(prov, "both", weighted=True)),
         Entry("bayes-prior", s, "Bayes-Prior; trained (saved detector)", paper="App. D"),
         Entry("bayes-mlp", s, "Bayes-MLP; trained (saved detector)", paper="App. D"),
         Entry("bayes-oracle", s, "Bayesian Oracle; trained (saved detector), needs generation records",
@@ -108,7 +124,7 @@ def entry(name: str) -> Entry:
     return ENTRIES[name]
 
 
-def make(name: str, provenance: Provenance, **options) -> Detector:
+def make(name: str, provenance, **options):
     """The detector ``name`` built from its settings (key-only detectors).
 
     Args:
@@ -122,6 +138,8 @@ def make(name: str, provenance: Provenance, **options) -> Detector:
       ValueError: unknown name or option, a trained detector, or a provenance
         of the other decoder.
     """
+    from wmspec_jax.detect.provenance import Provenance
+
     e = entry(name)
     if not isinstance(provenance, Provenance):
         raise TypeError(f"expected a Provenance, got {type(provenance).__name__}")
@@ -136,15 +154,20 @@ def make(name: str, provenance: Provenance, **options) -> Detector:
     return e.build(provenance, **options)
 
 
-def from_saved(kind: str, config: Mapping[str, Any], params: Mapping[str, Any]) -> Detector:
+def from_saved(kind: str, config: Mapping[str, Any], params: Mapping[str, Any]):
     """Rebuilds a detector from its saved kind, config and arrays (:mod:`.io`)."""
-    if kind not in CLASSES:
-        raise ValueError(f"unknown detector kind {kind!r} (known: {sorted(CLASSES)})")
-    return CLASSES[kind].from_saved(dict(config), dict(params))
+    classes = _classes()
+    if kind not in classes:
+        raise ValueError(f"unknown detector kind {kind!r} (known: {sorted(classes)})")
+    return classes[kind].from_saved(dict(config), dict(params))
 
 
-def name_of(detector: Detector) -> str:
+def name_of(detector) -> str:
     """The registered name of a detector object (e.g. ``"bayes-mlp"``, ``"soft-oracle"``)."""
+    plain = {"single": "single", "ars_tau": "ars-tau", "ars_prior": "ars-prior", "gumbel_oracle": "oracle"}
+    if getattr(detector, "kind", None) in plain:  # without importing the SynthID module (Flax)
+        return plain[detector.kind]
+    gumbel, synthid = _module("gumbel"), _module("synthid")
     if isinstance(detector, synthid.Bayes):
         return f"bayes-{detector.bayes_config.mode}"
     if isinstance(detector, gumbel.Soft):

@@ -11,15 +11,15 @@ module                         idea
 :mod:`.tables`, :mod:`.plots`  CSV / markdown tables and figures
 =============================  ==========================================================
 
-The absl flags of the scripts are in :mod:`wmspec_jax.cli.flags` (shared
-with ``wmspec-generate`` / ``wmspec-detect``); ``experiments/*.py`` are thin
-wrappers. :mod:`wmspec_jax.pipeline` re-exports the names it held before
+The absl flags of the scripts are in :mod:`wmspec_jax.experiment.flags` (the
+secret flags shared with ``wmspec-generate`` / ``wmspec-detect``);
+``experiments/*.py`` are thin wrappers. :mod:`wmspec_jax.pipeline` re-exports the names it held before
 this split.
 """
 
 from wmspec_jax.experiment.detection import detection_runs, detection_texts, run_detection
 from wmspec_jax.experiment.plots import plot_aatps, plot_detection
-from wmspec_jax.experiment.session import Session, log, preflight
+from wmspec_jax.experiment.session import Session, log, preflight, script_main
 from wmspec_jax.experiment.settings import GENERATION_FIELDS, GUMBEL, PARTS, SYNTHID, Settings, prompts_needed
 from wmspec_jax.experiment.speed import method_label, run_speculative, speculative_checks, speed_runs
 from wmspec_jax.experiment.tables import detection_markdown, speculative_markdown, write_csv
@@ -27,5 +27,6 @@ from wmspec_jax.experiment.tables import detection_markdown, speculative_markdow
 __all__ = [
     "GENERATION_FIELDS", "GUMBEL", "PARTS", "SYNTHID", "Session", "Settings", "detection_markdown", "detection_runs",
     "detection_texts", "log", "method_label", "plot_aatps", "plot_detection", "preflight", "prompts_needed",
-    "run_detection", "run_speculative", "speculative_checks", "speculative_markdown", "speed_runs", "write_csv",
+    "run_detection", "run_speculative", "script_main", "speculative_checks", "speculative_markdown", "speed_runs",
+    "write_csv",
 ]

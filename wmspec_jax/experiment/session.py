@@ -64,6 +64,33 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+TRACEBACK_ENV = "WMSPEC_TRACEBACK"
+
+
+def script_main(main):
+    """``main`` of an experiment script, for ``absl.app.run``: the errors a user can cause and
+    fix — a locked output directory, a bad setting, dataset or checkpoint, an unwritable or
+    missing file — end the script with ``<script>: error: <message>`` and exit status 2 instead of
+    a traceback (``WMSPEC_TRACEBACK=1`` shows the traceback too)."""
+    import functools
+    import subprocess
+    import sys
+
+    from wmspec_jax.models.hf import CheckpointError
+
+    @functools.wraps(main)
+    def guarded(argv):
+        try:
+            return main(argv)
+        except (results.OutputDirLocked, CheckpointError, ValueError, OSError, subprocess.CalledProcessError) as e:
+            if os.environ.get(TRACEBACK_ENV):
+                raise
+            print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    return guarded
+
+
 class Session:
     """Loaded pair, encoded prompts and the record store of one output directory.
 

@@ -3,8 +3,8 @@
 :class:`Settings` holds everything Tables 1-2, the detection experiment and
 the robustness experiment depend on; the presets of
 ``experiments/reproduce.py`` are instances of it, and
-:mod:`wmspec_jax.cli.flags` turns every field into an absl flag (adding a
-field here, with its help line in ``cli.flags.FLAG_HELP``, adds the flag to
+:mod:`wmspec_jax.experiment.flags` turns every field into an absl flag (adding a
+field here, with its help line in ``experiment.flags.FLAG_HELP``, adds the flag to
 every script). The secret is a :class:`wmspec_jax.keys.Secret`: only its
 fingerprint is ever stored (:meth:`Settings.public`).
 """

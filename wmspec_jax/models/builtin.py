@@ -63,8 +63,48 @@ def _reader():
 
 @functools.lru_cache(maxsize=None)
 def builtin_tokenizer():
-    """The target's tokenizer (PreTrainedTokenizerFast with the chat template)."""
-    return tokenizer_from_gguf(_reader())
+    """The target's tokenizer (PreTrainedTokenizerFast with the chat template).
+
+    Rebuilt from the GGUF file's metadata (seconds) once, then loaded from
+    ``tokenizers/`` of :mod:`wmspec_jax.user_cache` (a tenth of a second),
+    keyed by the GGUF file (path, size, modification time) and the versions of
+    ``transformers`` and ``tokenizers``.
+    """
+    from wmspec_jax import user_cache
+
+    path = gguf_path()
+    cache = user_cache.directory("tokenizers")
+    if cache is None:
+        return tokenizer_from_gguf(_reader())
+    import hashlib
+
+    import tokenizers
+    import transformers
+
+    st = os.stat(path)
+    key = hashlib.sha256(f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}|"
+                         f"{tokenizers.__version__}".encode()).hexdigest()[:20]
+    saved = os.path.join(cache, f"smollm2-{key}")
+    if os.path.isfile(os.path.join(saved, "tokenizer.json")):
+        from transformers import PreTrainedTokenizerFast
+
+        try:
+            return PreTrainedTokenizerFast.from_pretrained(saved)
+        except (OSError, ValueError):  # a damaged entry: rebuild it below
+            pass
+    import shutil
+
+    tok = tokenizer_from_gguf(_reader())
+    tmp = f"{saved}.{os.getpid()}.tmp"
+    try:
+        tok.save_pretrained(tmp)
+        shutil.rmtree(saved, ignore_errors=True)  # a damaged entry
+        os.replace(tmp, saved)
+    except OSError:  # another process saved it first, or the cache is read-only: keep the built one
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return tok
 
 
 @functools.lru_cache(maxsize=None)

