@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import decoders, prf, results, speculative
+from wmspec_jax import decoders, prf, speculative, storage
 from wmspec_jax.models import draft as draft_lib
 from wmspec_jax.models import protocol, transformer
 from wmspec_jax.models.config import TransformerConfig
@@ -102,7 +102,7 @@ def main(argv):
                   f"changed by the true-random key: {row['rows_changed_by_true_random_key']}/{n}; "
                   f"max |logit diff| batched vs alone {row['max_logit_difference_batched_vs_alone']:.2e}",
                   flush=True)
-    results.atomic_write_json(FLAGS.output, out)
+    storage.atomic_write_json(FLAGS.output, out)
     print(f"wrote {FLAGS.output}")
 
 

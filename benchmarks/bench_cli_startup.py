@@ -26,7 +26,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import results
+from wmspec_jax import storage
 
 flags.DEFINE_integer("repeats", 3, "warm runs per command")
 flags.DEFINE_string("output", "results/bench_cli_startup.json", "JSON output")
@@ -84,7 +84,7 @@ def main(argv):
                   flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    results.atomic_write_json(FLAGS.output, {"repeats": FLAGS.repeats, "cpu_count": os.cpu_count(),
+    storage.atomic_write_json(FLAGS.output, {"repeats": FLAGS.repeats, "cpu_count": os.cpu_count(),
                                              "commands": rows})
     print(f"wrote {FLAGS.output}")
 

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import results
+from wmspec_jax import storage
 from wmspec_jax.models import protocol, transformer
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.rope import apply_rope
@@ -256,7 +256,7 @@ def main(argv):
            "dtype": FLAGS.dtype, "batch_size": batch, "filled": FLAGS.filled, "capacities": capacities,
            "device": device.device_kind, "backend": jax.default_backend(), "cpu_count": _cpu_count(),
            "rows": rows, "ratios": ratios, "ms_per_step": {f"{k[0]}@{k[1]}": v for k, v in med.items()}}
-    results.atomic_write_json(FLAGS.output, out)
+    storage.atomic_write_json(FLAGS.output, out)
     print(f"wrote {FLAGS.output}")
 
 

@@ -1,6 +1,6 @@
 """Detection throughput on CPU: tokens scored per second.
 
-    python benchmarks/bench_detect.py --output=results/bench_detect.json
+    python -m benchmarks.bench_detect --output=results/bench_detect.json
 
 Measured end to end from token ids and the key, excluding compilation (one
 warm-up call per shape first), for a batch of random texts:
@@ -31,7 +31,7 @@ from absl import app, flags
 
 import wmspec_jax.detect as det
 from wmspec_jax import context, prf, prf_numpy
-from wmspec_jax import results as wm_results
+from wmspec_jax import storage as wm_results
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch", 256, "Texts per batch.")

@@ -13,8 +13,8 @@ rounds with its range. AATPS is the mean over rows of generated tokens /
 loop steps (``GenerationResult.tokens_per_step_mean``), from the first round
 (each round draws the same tokens: same keys and seeds).
 
-  python benchmarks/bench_draft_k.py --output=results/bench_draft_k.json
-  python benchmarks/bench_draft_k.py --draft=v1 --lookaheads=1,2,3 --temperatures=0.7
+  python -m benchmarks.bench_draft_k --output=results/bench_draft_k.json
+  python -m benchmarks.bench_draft_k --draft=v1 --lookaheads=1,2,3 --temperatures=0.7
 
 Writes ``--output`` (JSON) atomically and prints one table per temperature
 with the best K (the lowest median time ratio).
@@ -27,14 +27,14 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from wmspec_jax import data, decoders, pairs, prf, results, speculative  # noqa: E402
+from wmspec_jax import decoders, prf, speculative, storage
+from wmspec_jax.lab import data, pairs
 
-flags.DEFINE_string("draft", "", "built-in draft name (wmspec_jax.models.builtin.DRAFTS; '' = default)")
+flags.DEFINE_string("draft", "", "a draft file of the built-in target ('' = the shipped default)")
 flags.DEFINE_list("temperatures", ["0.5", "0.7", "1.0"], "temperatures")
 flags.DEFINE_list("lookaheads", ["1", "2", "3", "4", "5", "6"], "K values")
 flags.DEFINE_string("method", "standard", "speculative method timed against plain decoding")
@@ -54,7 +54,7 @@ def load():
     pair = pairs.load_pair("builtin", "builtin")
     name = FLAGS.draft or builtin.DEFAULT_DRAFT
     if name != builtin.DEFAULT_DRAFT:
-        d = builtin.load_draft(builtin.load_target(), name=name)
+        d = builtin.load_draft(builtin.load_target(), adapters_path=name)
         pair = dataclasses.replace(pair, draft=d.language_model(), draft_params=d.params)
     questions = data.load_prompt_set("builtin-eli5").take(FLAGS.num_prompts, seed=0)
     prompts, lengths = pairs.encode_prompts(pair, questions.prompts, "question", FLAGS.prompt_length,
@@ -132,7 +132,7 @@ def main(argv):
         b = min((r for r in rows if r["temperature"] == t), key=lambda r: r["ratio_to_plain"])
         best[str(t)] = b["lookahead"]
         print(f"best K at T={t}: {b['lookahead']} ({b['ratio_to_plain']:.3f} x plain per token)")
-    results.atomic_write_json(FLAGS.output, {
+    storage.atomic_write_json(FLAGS.output, {
         "pair": pair.name, "draft": draft_name, "method": FLAGS.method, "num_prompts": n,
         "batch_size": bsz, "max_new_tokens": FLAGS.max_new_tokens, "repeats": FLAGS.repeats,
         "devices": [str(d) for d in jax.devices()], "rows": rows, "best_lookahead": best,

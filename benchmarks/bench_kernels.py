@@ -5,7 +5,7 @@ generation loop used until the loop was rewritten, kept here as the
 baseline. Times are medians of ``--repeats`` calls of the jitted function
 (compiled first), the two forms interleaved.
 
-  python benchmarks/bench_kernels.py --batch_sizes=1,32 --vocab=32000
+  python -m benchmarks.bench_kernels --batch_sizes=1,32 --vocab=32000
 
 Kernels (V tokens, per row):
 
@@ -22,18 +22,16 @@ Kernels (V tokens, per row):
 """
 
 import os
-import sys
 import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from wmspec_jax import candidates, decoders, prf, results  # noqa: E402
+from wmspec_jax import candidates, decoders, prf, storage
 
 flags.DEFINE_list("batch_sizes", ["1", "32"], "rows")
 flags.DEFINE_integer("vocab", 32000, "V")
@@ -102,7 +100,7 @@ def main(argv):
             before, now = (1e3 * float(np.median(t)) for t in times)
             out["rows"].append({"kernel": name, "batch": batch, "before_ms": before, "now_ms": now})
             print(f"{name:28s} {batch:3d} {before:10.3f} {now:9.3f} {before / now:8.1f}x", flush=True)
-    results.atomic_write_json(FLAGS.output, out)
+    storage.atomic_write_json(FLAGS.output, out)
     print(f"wrote {FLAGS.output}")
 
 

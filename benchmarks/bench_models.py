@@ -7,12 +7,12 @@ Prefill runs ``step`` over a ``--prompt_len`` prompt with the logits dropped
 (as the speculative loop does, so XLA removes the LM head); decode is one
 ``step`` with T = 1 at a context of ``--context`` tokens.
 
-  python benchmarks/bench_models.py --json=/tmp/bench_models.json            # default draft
-  python benchmarks/bench_models.py --draft=v1 --batch_sizes=1                # the first draft
-  python benchmarks/bench_models.py --draft=v1 --head_sizes=4096,8192,16384   # cost only
-  python benchmarks/bench_models.py --batch_sizes=1 --layer_counts=2,3,4      # fewer layers, cost only
+  python -m benchmarks.bench_models --json=/tmp/bench_models.json            # default draft
+  python -m benchmarks.bench_models --draft=drafts/smollm2_draft.npz --batch_sizes=1   # the first draft (v1)
+  python -m benchmarks.bench_models --draft=drafts/smollm2_draft.npz --head_sizes=4096,8192,16384  # cost only
+  python -m benchmarks.bench_models --batch_sizes=1 --layer_counts=2,3,4      # fewer layers, cost only
 
-``--draft`` is a built-in draft name (``builtin.DRAFTS``) or a draft file (LoRA adapters or a
+``--draft`` is a shipped draft name (``builtin.DRAFTS``) or a draft file (LoRA adapters or a
 feature draft).
 ``--head_sizes`` times that draft with a reduced-vocabulary head of each size
 (kept ids 0..N-1: the cost does not depend on which ids are kept; 0 = the
@@ -25,19 +25,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from wmspec_jax.lm import FeatureDraftModel  # noqa: E402
-from wmspec_jax.models import builtin, draft, feature_draft  # noqa: E402
+from wmspec_jax.lm import FeatureDraftModel
+from wmspec_jax.models import builtin, draft, feature_draft
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("batch_sizes", ["1", "32"], "batch sizes to time")
@@ -99,7 +97,7 @@ def main(argv):
     adapter_file = (builtin.draft_asset_path(FLAGS.draft or builtin.DEFAULT_DRAFT)
                     if FLAGS.draft in builtin.DRAFTS or not FLAGS.draft else FLAGS.draft)
     if (FLAGS.head_sizes or FLAGS.layer_counts) and feature_draft.is_feature_draft_file(adapter_file):
-        raise app.UsageError("--head_sizes / --layer_counts take a LoRA draft (v1-v3 or its adapter file)")
+        raise app.UsageError("--head_sizes / --layer_counts take a LoRA draft file (e.g. drafts/smollm2_draft_v3.npz)")
     for size in map(int, FLAGS.head_sizes):
         layers, adapters, _ = draft.load_adapters(adapter_file)
         adapters.pop("head_ids", None)

@@ -23,9 +23,9 @@ its weights and are timed in ``--repeats`` interleaved rounds (median), so
 their ratios come from one run.
 
   # CPU (reduced shapes: width, depth and vocabulary / 8)
-  python benchmarks/bench_paper_scale.py --reduce=8 --pairs=llama2 --lookaheads=2,3
+  python -m benchmarks.bench_paper_scale --reduce=8 --pairs=llama2 --lookaheads=2,3
   # GPU (full shapes): the table of docs/performance.md plus the transformers baseline
-  XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/bench_paper_scale.py --preset=table
+  XLA_PYTHON_CLIENT_PREALLOCATE=false python -m benchmarks.bench_paper_scale --preset=table
 
 Random weights give near-uniform distributions, so acceptance (tokens per
 step) says nothing about real pairs; the per-step time is the measurement.
@@ -44,21 +44,18 @@ ratios (``ratios``) the targets in ``docs/performance.md`` are stated in.
 
 import dataclasses
 import os
-import sys
 import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import hf_baseline  # noqa: E402
-import shapes  # noqa: E402
-from wmspec_jax import decoders, methods, prf, results, speculative  # noqa: E402
+from benchmarks import hf_baseline
+from benchmarks import shapes
+from wmspec_jax import decoders, methods, prf, speculative, storage
 
 flags.DEFINE_enum("preset", None, ["table"], "run the accelerator table's rows instead of the product of "
                   "--pairs x --methods x --lookaheads")
@@ -252,7 +249,7 @@ def main(argv):
         for name, (m, lo, hi) in out["ratios"].items():
             if name.startswith(pair_name):
                 print(f"  {name:48s} {m:6.3f}  [{lo:.3f}, {hi:.3f}]", flush=True)
-        results.atomic_write_json(FLAGS.output, out)
+        storage.atomic_write_json(FLAGS.output, out)
     print(f"wrote {FLAGS.output}")
 
 

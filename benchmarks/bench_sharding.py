@@ -20,14 +20,13 @@ Three parts, all in one process:
    device's ``bytes_in_use`` / ``peak_bytes_in_use`` are reported. Without a
    GPU the script says that these figures are still to be measured.
 
-  PYTHONPATH=. /work/main/.venv/bin/python benchmarks/bench_sharding.py --json=/tmp/bench_sharding.json
+  python -m benchmarks.bench_sharding --json=/tmp/bench_sharding.json
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 
@@ -38,7 +37,6 @@ if "--xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "
 
 from absl import app, flags  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

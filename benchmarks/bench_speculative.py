@@ -19,10 +19,10 @@ Reported ratios (also in the JSON, under ``ratios``):
   ``standard``): what the watermark costs — the median over rounds of the
   ratio within a round (the two ran back to back), with its range.
 
-  python benchmarks/bench_speculative.py --pair=builtin --batch_size=1 --max_new_tokens=48
-  python benchmarks/bench_speculative.py --pair=builtin --batch_size=1 --num_calls=8 \
+  python -m benchmarks.bench_speculative --pair=builtin --batch_size=1 --max_new_tokens=48
+  python -m benchmarks.bench_speculative --pair=builtin --batch_size=1 --num_calls=8 \
       --methods=plain,standard --lookahead=1      # 8 questions one at a time, summed
-  python benchmarks/bench_speculative.py --pair=tiny_llama --decoder=synthid --top_k=100 --batch_size=32
+  python -m benchmarks.bench_speculative --pair=tiny_llama --decoder=synthid --top_k=100 --batch_size=32
 
 ``--pair=tiny_llama`` is a random 2-layer Llama (d = 128, V = 32000) with a
 1-layer draft (``benchmarks/shapes.py``): the shape of the comparison with
@@ -37,14 +37,12 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-from wmspec_jax import decoders, prf, results, speculative  # noqa: E402
+from wmspec_jax import decoders, prf, speculative, storage
 
 flags.DEFINE_enum("pair", "toy", ["toy", "builtin", "tiny_llama"], "model pair")
 flags.DEFINE_string("builtin_draft", "builtin", "--pair=builtin: the draft ('builtin' = the default, "
@@ -74,20 +72,20 @@ def load_pair():
     C = ``--num_calls``."""
     b, p = FLAGS.batch_size * FLAGS.num_calls, FLAGS.prompt_length
     if FLAGS.pair == "builtin":
-        from wmspec_jax import data, pairs
+        from wmspec_jax.lab import data, pairs
 
         pair = pairs.load_pair("builtin", FLAGS.builtin_draft)
         questions = data.load_prompt_set("builtin-eli5").take(b, seed=0)
         prompts, lengths = pairs.encode_prompts(pair, questions.prompts, "question", max(p, 64), too_long="truncate")
         return pair.name, pair.target, pair.target_params, pair.draft, pair.draft_params, prompts, lengths
     if FLAGS.pair == "toy":
-        from wmspec_jax import pairs
+        from wmspec_jax.lab import pairs
 
         pair = pairs.load_pair("toy", "toy")
         target, tp, draft, dp, vocab = pair.target, pair.target_params, pair.draft, pair.draft_params, pair.vocab_size
         name = pair.name
     else:
-        import shapes
+        from benchmarks import shapes
 
         rp = shapes.tiny_llama_pair()
         target, tp, draft, dp, vocab, name = rp.target, rp.target_params, rp.draft, rp.draft_params, 32000, rp.name
@@ -228,7 +226,7 @@ def main(argv):
     for key, value in ratios.items():
         spread = f"   (rounds: {spreads[key][0]:.3f}-{spreads[key][1]:.3f})" if key in spreads else ""
         print(f"  {key:48s} {value:6.3f}{spread}")
-    results.atomic_write_json(FLAGS.output, {
+    storage.atomic_write_json(FLAGS.output, {
         "pair": name, "decoder": dec.label, "lookahead": FLAGS.lookahead, "batch_size": bsz,
         "num_calls": num_calls,
         "max_new_tokens": FLAGS.max_new_tokens, "temperature": FLAGS.temperature, "top_k": FLAGS.top_k or None,

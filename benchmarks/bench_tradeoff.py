@@ -1,6 +1,6 @@
 """Monte Carlo throughput of one trade-off point: JAX (chunked, jitted) vs plain NumPy.
 
-    python benchmarks/bench_tradeoff.py --output=results/bench_tradeoff.json
+    python -m benchmarks.bench_tradeoff --output=results/bench_tradeoff.json
 
 The point: Google's class (App. C.2) at γ = 0.5 on the paper's (Q, P) — per sample,
 watermarked draft Q_ζ, target P_ζ (shared ζ), watermarked residual S(R, ξ) with an
@@ -27,7 +27,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import results as wm_results
+from wmspec_jax import storage as wm_results
 from wmspec_jax import tradeoff as to
 from wmspec_jax.tradeoff import kernels
 

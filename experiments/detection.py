@@ -13,21 +13,20 @@ reported on both the human and the model negatives. Resumable. The secret:
 ``$WMSPEC_SECRET`` / ``--secret_env`` / ``--secret_file`` (as
 ``experiments/speculative.py``).
 
-  python experiments/detection.py --output_dir=results/detection
-  python experiments/detection.py --target=/ckpt/llama-2-7b --draft=/ckpt/llama-68m \
+  python -m experiments.detection --output_dir=results/detection
+  python -m experiments.detection --target=/ckpt/llama-2-7b --draft=/ckpt/llama-68m \
       --dataset=eli5:/data/eli5.jsonl --num_detection_texts=2000 --max_new_tokens=200 \
       --tpr_lengths=25,50,100,150,200 --batch_size=32
 """
 
 import os
-import sys
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wmspec_jax import experiment, sharding  # noqa: E402
-from wmspec_jax.experiment import flags as script_flags  # noqa: E402
+from wmspec_jax import sharding
+from wmspec_jax import lab as experiment
+from experiments import flags as script_flags
 
 script_flags.define_flags()
 flags.DEFINE_string("output_dir", "results/detection", "where outputs go")

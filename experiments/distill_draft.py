@@ -33,16 +33,16 @@ cost). Commands (2-core CPU, nothing else running but these two jobs; run from
 the repository root)::
 
   W=/tmp/wmspec_draft_v3
-  python experiments/distill_draft.py --mode=sample --repeats=1 --workdir=$W \
+  python -m experiments.distill_draft --mode=sample --repeats=1 --workdir=$W \
       --temperatures=0.7,1.0
-  python experiments/distill_draft.py --mode=train --workdir=$W --head_size=16384 \
+  python -m experiments.distill_draft --mode=train --workdir=$W --head_size=16384 \
       --head_rank=count --keep_init_head --init=wmspec_jax/assets/smollm2_draft_v2.npz \
       --steps=700 --lr=1e-3 --save_every=25 --out=$W/smollm2_draft_v3.npz
-  python experiments/distill_draft.py --mode=train --workdir=$W --head_size=16384 \
+  python -m experiments.distill_draft --mode=train --workdir=$W --head_size=16384 \
       --head_rank=count --keep_init_head --init=wmspec_jax/assets/smollm2_draft_v2.npz \
       --steps=1300 --lr=1e-3 --save_every=25 \
       --out=wmspec_jax/assets/smollm2_draft_v3.npz  # resumes at step 700 (longer schedule)
-  python experiments/distill_draft.py --mode=eval --workdir=$W \
+  python -m experiments.distill_draft --mode=eval --workdir=$W \
       --adapters=wmspec_jax/assets/smollm2_draft_v3.npz --eval_head_sizes=0 \
       --timing_batches=1,8 --eval_json=$W/eval_v3.json
 
@@ -66,15 +66,15 @@ measurements). Commands (2-core CPU shared with two other agents' jobs, from the
 repository root)::
 
   W=/tmp/wmspec_draft15
-  python experiments/distill_draft.py --mode=sample --repeats=1 --workdir=$W \
+  python -m experiments.distill_draft --mode=sample --repeats=1 --workdir=$W \
       --temperatures=1.0,0.7     # stopped by hand after 13 T=1.0 chunks (416 rows)
-  python experiments/distill_draft.py --mode=sample --repeats=1 --workdir=$W \
+  python -m experiments.distill_draft --mode=sample --repeats=1 --workdir=$W \
       --temperatures=0.7         # stopped by hand after 12 T=0.7 chunks (384 rows)
-  python experiments/distill_draft.py --mode=train --workdir=$W --head_size=16384 \
+  python -m experiments.distill_draft --mode=train --workdir=$W --head_size=16384 \
       --head_rank=count --head_from='train_T1.0_s0_000[0-8].npz' \
       --init=wmspec_jax/assets/smollm2_draft.npz --steps=320 --lr=1e-3 --save_every=20 \
       --out=wmspec_jax/assets/smollm2_draft_v2.npz
-  python experiments/distill_draft.py --mode=eval --workdir=$W --adapters=v2 \
+  python -m experiments.distill_draft --mode=eval --workdir=$W --adapters=v2 \
       --eval_head_sizes=16384,24576,32768,0 --head_rank=mass --head_from='train_T*.npz' \
       --timing_batches=1 --eval_json=$W/eval_v2.json
 
@@ -93,23 +93,23 @@ the draft of results produced before issue 15). Commands used for it (2-core
 CPU, run from the repository root)::
 
   mkdir -p /tmp/wmspec_draft
-  nohup /work/venv/bin/python experiments/distill_draft.py --mode=sample --repeats=1 \
+  nohup /work/venv/bin/python -m experiments.distill_draft --mode=sample --repeats=1 \
       > /tmp/wmspec_draft/sample.log 2>&1 &
   # (stopped by hand after 17 of the 26 T=0.7 chunks, 544 sequences / 41k target
   #  tokens, to fit the time budget; left alone it also samples the T=1.0 chunks)
-  nohup /work/venv/bin/python experiments/distill_draft.py --mode=train --steps=300 \
+  nohup /work/venv/bin/python -m experiments.distill_draft --mode=train --steps=300 \
       > /tmp/wmspec_draft/train.log 2>&1 &
-  nohup /work/venv/bin/python experiments/distill_draft.py --mode=train --steps=450 \
+  nohup /work/venv/bin/python -m experiments.distill_draft --mode=train --steps=450 \
       > /tmp/wmspec_draft/train2.log 2>&1 &      # resumes at step 300, writes --out
-  /work/venv/bin/python experiments/distill_draft.py --mode=eval \
+  /work/venv/bin/python -m experiments.distill_draft --mode=eval \
       --eval_json=/tmp/wmspec_draft/eval.json
 
 ``--mode=eval --adapters=none`` evaluates the plain truncation (no adapters).
 
 The shipped asset was distilled with a since-merged ``models/corpus.py`` whose
-prompt lists differed slightly from today's :mod:`wmspec_jax.data` (a few
+prompt lists differed slightly from today's :mod:`wmspec_jax.lab.data` (a few
 more pydoc paragraphs, 240-character cuts without the word-boundary guard);
-the train/eval hash split is the same one, so :mod:`wmspec_jax.data`'s
+the train/eval hash split is the same one, so :mod:`wmspec_jax.lab.data`'s
 ``eval`` split holds no prompt the shipped draft was trained on.
 """
 
@@ -118,29 +118,27 @@ from __future__ import annotations
 import glob
 import json
 import os
-import sys
 import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 
-from wmspec_jax import data, results  # noqa: E402
-from wmspec_jax.models import builtin, draft, transformer  # noqa: E402
-from wmspec_jax.models.cache import init_cache  # noqa: E402
+from wmspec_jax import storage
+from wmspec_jax.lab import data
+from wmspec_jax.models import builtin, draft, transformer
+from wmspec_jax.models.cache import init_cache
 
 FLAGS = flags.FLAGS
 TRAIN_GLOB = "train*_T*.npz"  # train-prompt and self-chat sample chunks
 flags.DEFINE_enum("mode", "eval", ["sample", "train", "export", "eval"], "stage to run")
 flags.DEFINE_string("workdir", "/tmp/wmspec_draft", "samples, checkpoints and logs")
-flags.DEFINE_string("out", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
-                                        "wmspec_jax", "assets", builtin.DRAFTS["v3"]),
-                    "where train writes the final adapters")
+flags.DEFINE_string("out", os.path.join("results", "draft", "adapters.npz"),
+                    "where train writes the final adapters (load them with --draft=builtin:PATH)")
 flags.DEFINE_integer("head_size", 0, "train: keep this many output tokens in the draft's head, "
                      "the most frequent in the target's train samples (0: the full vocabulary)")
 flags.DEFINE_string("head_from", "train_T*.npz", "train: sample files (glob under --workdir) "
@@ -250,7 +248,7 @@ def sample_chunks(lm, params, prompts, temperature, seed, tag, workdir):
                       jax.random.PRNGKey(seed * 100003 + c), jnp.float32(temperature))
         cont, vals, idx, valid = map(np.asarray, out)
         n_real = min(b, len(prompts) - c * b)
-        results.atomic_savez(path, prompts=toks[:n_real], lens=lens[:n_real], cont=cont[:n_real],
+        storage.atomic_savez(path, prompts=toks[:n_real], lens=lens[:n_real], cont=cont[:n_real],
                      vals=vals[:n_real].astype(np.float16), idx=idx[:n_real],
                      valid=valid[:n_real], temperature=np.float32(temperature))
         log(f"{tag} T={temperature} seed={seed}: chunk {c + 1}/{n_chunks} "
@@ -312,7 +310,7 @@ def self_chat_prompts(target, lm) -> list[np.ndarray]:
                     if len(q.split()) >= 3:
                         questions.append(q)
             log(f"self-chat questions: {len(questions)} after {(c + 1) * b} tries")
-        results.atomic_write_json(path, questions)
+        storage.atomic_write_json(path, questions)
     with open(path) as f:
         questions = json.load(f)
     held_out = {question_key(q) for q in data.builtin_questions("eval").prompts}
@@ -533,7 +531,7 @@ def head_ids_for_training(target):
             ids = frequency_head_ids(paths, FLAGS.head_size, target.config.vocab_size,
                                      always=special_ids(target), rank=FLAGS.head_rank)
             log(f"head ids ranked on {len(paths)} sample files")
-        results.atomic_write(path, lambda f: np.save(f, ids))
+        storage.atomic_write(path, lambda f: np.save(f, ids))
     return np.load(path)
 
 
@@ -599,7 +597,7 @@ def mode_train():
 
     def save(step):
         leaves = jax.tree_util.tree_leaves((adapters, opt_state))
-        results.atomic_savez(ckpt_path, step=np.int64(step),
+        storage.atomic_savez(ckpt_path, step=np.int64(step),
                      **{f"l{i}": np.asarray(l) for i, l in enumerate(leaves)})
 
     rng = np.random.default_rng(FLAGS.seed + start)
@@ -742,7 +740,7 @@ def mode_eval():
 def write_report(report: dict) -> None:
     """Writes an eval report to --eval_json (when given) and prints it."""
     if FLAGS.eval_json:
-        results.atomic_write_json(FLAGS.eval_json, report)
+        storage.atomic_write_json(FLAGS.eval_json, report)
     print(json.dumps(report, indent=2))
 
 

@@ -44,30 +44,30 @@ and feature noise. Commands (2-core CPU, from the repository root;
 ``$W`` holds v3's chunks; ``--feature_out`` defaults to f3's asset)::
 
   W=/tmp/wmspec_draft_v3
-  python experiments/distill_feature_draft.py --stage=features --workdir=$W
-  python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=700 \
+  python -m experiments.distill_feature_draft --stage=features --workdir=$W
+  python -m experiments.distill_feature_draft --stage=train --workdir=$W --steps=700 \
       --lr=1.5e-3 --save_every=25
-  python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=2000 \
+  python -m experiments.distill_feature_draft --stage=train --workdir=$W --steps=2000 \
       --lr=1.5e-3 --save_every=25        # resumes at 700; stopped by hand after step 1550
-  python experiments/distill_draft.py --mode=sample --prompt_source=self_chat \
+  python -m experiments.distill_draft --mode=sample --prompt_source=self_chat \
       --self_chat_tries=1024 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
-  python experiments/distill_feature_draft.py --stage=features --workdir=$W   # the new chunks
-  python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=2300 \
+  python -m experiments.distill_feature_draft --stage=features --workdir=$W   # the new chunks
+  python -m experiments.distill_feature_draft --stage=train --workdir=$W --steps=2300 \
       --lr=1.5e-3 --save_every=25 --feature_out=$W/f1.npz   # resumes at 1550, 2133 sequences
-  python experiments/distill_draft.py --mode=sample --prompt_source=self_chat --seed=1 \
+  python -m experiments.distill_draft --mode=sample --prompt_source=self_chat --seed=1 \
       --self_chat_tries=2048 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
-  python experiments/distill_feature_draft.py --stage=features --workdir=$W   # the new chunks
-  python experiments/distill_feature_draft.py --stage=train --workdir=$W --steps=3800 \
+  python -m experiments.distill_feature_draft --stage=features --workdir=$W   # the new chunks
+  python -m experiments.distill_feature_draft --stage=train --workdir=$W --steps=3800 \
       --lr=1.5e-3 --save_every=25 --feature_out=$W/f2.npz   # resumes at 2300, 3469 sequences
-  python experiments/distill_draft.py --mode=sample --prompt_source=self_chat --seed=2 \
+  python -m experiments.distill_draft --mode=sample --prompt_source=self_chat --seed=2 \
       --self_chat_tries=4096 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
-  python experiments/distill_feature_draft.py --stage=features --workdir=$W   # the new chunks
+  python -m experiments.distill_feature_draft --stage=features --workdir=$W   # the new chunks
   # f3 starts afresh: a new workdir with links to all 121 chunks and their features
   W3=/tmp/wmspec_f3; mkdir -p $W3/feat; ln -s $W/train*_T*.npz $W3/; ln -s $W/feat/*.npy $W3/feat/
   ln -s $W/eval $W3/eval
-  python experiments/distill_feature_draft.py --stage=train --workdir=$W3 --steps=3000 \
+  python -m experiments.distill_feature_draft --stage=train --workdir=$W3 --steps=3000 \
       --lr=1.5e-3 --save_every=50 --weight_decay=0.05 --feature_noise=0.2   # 6093 sequences: f3
-  python experiments/distill_feature_draft.py --stage=eval --workdir=$W --timing_batches=1 \
+  python -m experiments.distill_feature_draft --stage=eval --workdir=$W --timing_batches=1 \
       --feature_draft=wmspec_jax/assets/smollm2_feature_draft_f3.npz --eval_json=$W/eval_f3.json
 
 Questions in the corpus's style (issue 15; a negative result, not shipped:
@@ -77,15 +77,15 @@ question after two short train-split question/answer turns
 alone (f3's own training data was not kept)::
 
   W=/tmp/wmspec_f4
-  python experiments/distill_draft.py --mode=sample --prompt_source=self_chat \
+  python -m experiments.distill_draft --mode=sample --prompt_source=self_chat \
       --self_chat_examples=2 --seed=3 --self_chat_tries=1280 --sample_batch=64 --repeats=1 \
       --temperatures=0.7 --workdir=$W   # stopped by hand after 12 of 19 answer chunks
-  python experiments/distill_feature_draft.py --stage=features --workdir=$W
-  python experiments/distill_feature_draft.py --stage=train --workdir=$W \
+  python -m experiments.distill_feature_draft --stage=features --workdir=$W
+  python -m experiments.distill_feature_draft --stage=train --workdir=$W \
       --feature_init=wmspec_jax/assets/smollm2_feature_draft_f3.npz --steps=400 --lr=7e-4 \
       --save_every=50 --weight_decay=0.05 --feature_noise=0.2 --feature_out=$W/f4.npz
       # stopped after step 200, then the same command with --steps=300 (resumes at 200)
-  python experiments/distill_feature_draft.py --stage=eval --workdir=$W \
+  python -m experiments.distill_feature_draft --stage=eval --workdir=$W \
       --feature_draft=$W/f4.npz --temperatures=0.7 --timing_batches= --eval_json=$W/eval_f4.json
 
 CPU time (a slower 2-core CPU than the sessions above: features 46 s per
@@ -114,32 +114,28 @@ from __future__ import annotations
 import glob
 import json
 import os
-import sys
 import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import distill_draft as dd  # noqa: E402  (its flags are shared)
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
+from experiments import distill_draft as dd  # its flags are shared
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 
-from wmspec_jax import results  # noqa: E402
-from wmspec_jax.models import builtin, draft, feature_draft, transformer  # noqa: E402
-from wmspec_jax.models.cache import init_cache  # noqa: E402
+from wmspec_jax import storage
+from wmspec_jax.models import builtin, draft, feature_draft, transformer
+from wmspec_jax.models.cache import init_cache
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("stage", "eval", ["features", "train", "eval"], "stage to run")
-flags.DEFINE_string("feature_out", os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "wmspec_jax", "assets",
-    "smollm2_feature_draft_f3.npz"), "train: the feature draft file written at the end")
+flags.DEFINE_string("feature_out", os.path.join("results", "draft", "feature_draft.npz"),
+                    "train: the feature draft file written at the end (load it with --draft=builtin:PATH)")
 flags.DEFINE_string("feature_draft", "", "eval: feature draft file ('' = --feature_out)")
-flags.DEFINE_string("head_ids_from", "v3", "train: reduced head = the head ids of this built-in "
-                    "LoRA draft ('' = full head)")
+flags.DEFINE_string("head_ids_from", "f3", "train: reduced head = the head ids of this draft: a shipped "
+                    "draft's name or a draft file of either kind (f3 carries v3's ids; '' = full head)")
 flags.DEFINE_float("feature_loss", 0.1, "train: weight of the hidden-state regression")
 flags.DEFINE_float("second_pass", 0.5, "train: weight of the own-feature pass")
 flags.DEFINE_float("third_pass", 0.0, "train: weight of a third pass, on the own features of the "
@@ -240,15 +236,21 @@ def stage_features():
         seq, _ = dd.full_sequences(dd.load_chunks([path]))
         f = np.concatenate([np.asarray(fn(target.params, jnp.asarray(seq[r:r + 16])))
                             for r in range(0, len(seq), 16)])
-        results.atomic_write(out, lambda fh: np.save(fh, f))
+        storage.atomic_write(out, lambda fh: np.save(fh, f))
         log(f"features {i + 1}/{len(paths)}: {os.path.basename(out)} ({time.time() - t0:.1f}s)")
 
 
 def head_ids():
-    """The reduced head's ids: those of the LoRA draft --head_ids_from (None: the full head)."""
+    """The reduced head's ids: those of the draft --head_ids_from, a shipped draft's name or a draft file
+    of either kind (None: the full head)."""
     if not FLAGS.head_ids_from:
         return None
-    _, adapters, _ = draft.load_adapters(builtin.draft_asset_path(FLAGS.head_ids_from))
+    path = FLAGS.head_ids_from
+    if path in builtin.DRAFTS:
+        path = builtin.draft_asset_path(path)
+    if feature_draft.is_feature_draft_file(path):
+        return np.asarray(feature_draft.load(path)[1], np.int32)
+    _, adapters, _ = draft.load_adapters(path)
     return np.asarray(adapters["head_ids"], np.int32)
 
 
@@ -313,7 +315,7 @@ def stage_train():
                 f"(own features {h[2]:.3f}) reg {h[3]:.4f} ({(time.time() - t0) / len(hist):.2f}s/step)")
         if (step + 1) % FLAGS.save_every == 0 or step + 1 == FLAGS.steps:
             leaves = jax.tree_util.tree_leaves((trainable, opt_state))
-            results.atomic_savez(ckpt_path, step=np.int64(step + 1),
+            storage.atomic_savez(ckpt_path, step=np.int64(step + 1),
                                  **{f"l{i}": np.asarray(l) for i, l in enumerate(leaves)})
     feature_draft.save(FLAGS.feature_out, trainable, ids,
                        meta={"target": builtin.TARGET_NAME, "steps": int(FLAGS.steps),

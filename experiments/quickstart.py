@@ -1,6 +1,6 @@
 """Quick look at the paper's simulated pair (App. C.1): the numbers behind Fig. 1's markers.
 
-    python experiments/quickstart.py --output_dir=results/quickstart
+    python -m experiments.quickstart --output_dir=results/quickstart
 
 Prints and writes ``quickstart.json``: 1 − TV(Q, P) (the efficiency of
 standard speculative sampling and of Alg. 1), Ent(P) (the maximal watermark
@@ -17,8 +17,8 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import decoders, prf, results, theory
-from wmspec_jax.experiment.session import script_main
+from wmspec_jax import decoders, prf, storage, theory
+from wmspec_jax.lab.session import script_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "results/quickstart", "Where quickstart.json goes.")
@@ -52,7 +52,7 @@ def main(argv):
         "prf_version": prf.PRF_VERSION,
     }
     print(json.dumps(result, indent=2))
-    results.atomic_write_json(pathlib.Path(FLAGS.output_dir) / "quickstart.json", result)
+    storage.atomic_write_json(pathlib.Path(FLAGS.output_dir) / "quickstart.json", result)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ r"""The main job: every experiment of the paper, from one command.
 1. Trade-off curves (Fig. 1, ``experiments/tradeoff_curves.py``) -> ``tradeoff/``.
 2. Tables 1-2: AATPS / PTT / LOGPPL of basic watermarks, standard
    speculative sampling and Alg. 1 for K in ``--lookaheads``
-   (``wmspec_jax.experiment.run_speculative``) -> ``speculative.*``, ``aatps.png``.
+   (``wmspec_jax.lab.run_speculative``) -> ``speculative.*``, ``aatps.png``.
 3. Fig. 2 / Fig. 5: TPR at 1 % FPR vs length and ROC curves for the Gumbel-max
    and SynthID detectors (``run_detection``) -> ``detection.*``,
    ``tpr_vs_length.png``, ``roc.png``.
@@ -20,7 +20,7 @@ Presets (``--preset``); every other flag overrides the preset:
   measured time on a 2-core CPU.
 * ``paper``: the paper's sizes (2,000 texts per detection run split 1,000 /
   1,000, 200 new tokens, 1e7 Monte Carlo samples). Give the models, the
-  data and a secret: ``WMSPEC_SECRET=... python experiments/reproduce.py
+  data and a secret: ``WMSPEC_SECRET=... python -m experiments.reproduce
   --preset=paper --target=/ckpt/Llama-2-7b-hf --draft=/ckpt/llama-68m
   --dataset=eli5:/data/eli5.jsonl`` (or Gemma-7B / Gemma-2B, ``c4:PATH``).
   This preset refuses to run with the public demo secret.
@@ -31,7 +31,7 @@ Every flag, the dataset and the model paths are checked before the first
 stage, and the output directory is locked for the run. Everything is
 resumable: rerun the same command after an interruption.
 
-  python experiments/reproduce.py --preset=quick --output_dir=results/quick
+  python -m experiments.reproduce --preset=quick --output_dir=results/quick
 """
 
 import os
@@ -41,10 +41,10 @@ import time
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wmspec_jax import experiment, results, sharding  # noqa: E402
-from wmspec_jax.experiment import flags as script_flags  # noqa: E402
+from wmspec_jax import sharding, storage
+from wmspec_jax import lab as experiment
+from experiments import flags as script_flags
 
 PARTS = ("tradeoff", "speculative", "detection")
 
@@ -93,15 +93,15 @@ def main(argv):
         except (ValueError, FileNotFoundError) as e:
             raise app.UsageError(str(e)) from None
     out = FLAGS.output_dir or os.path.join("results", FLAGS.preset)
-    lock = results.DirectoryLock(out)  # one writer per output directory, for the whole run
+    lock = storage.DirectoryLock(out)  # one writer per output directory, for the whole run
     timings, t_all = {}, time.perf_counter()
 
     if "tradeoff" not in FLAGS.skip:
         experiment.log(f"[1/3] trade-off curves ({samples:,} samples per estimate)")
         t0 = time.perf_counter()
-        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tradeoff_curves.py")
-        subprocess.run([sys.executable, script, f"--num_samples={samples}",
-                        f"--output_dir={os.path.join(out, 'tradeoff')}"], check=True)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        subprocess.run([sys.executable, "-m", "experiments.tradeoff_curves", f"--num_samples={samples}",
+                        f"--output_dir={os.path.abspath(os.path.join(out, 'tradeoff'))}"], check=True, cwd=root)
         timings["tradeoff_seconds"] = time.perf_counter() - t0
 
     summary_md = [f"# wmspec_jax reproduction ({FLAGS.preset} preset)", ""]
@@ -126,9 +126,9 @@ def main(argv):
         timings["detection_seconds"] = time.perf_counter() - t0
         summary_md += ["## Fig. 2: TPR at 1% FPR (95% bootstrap CI)", "", experiment.detection_markdown(det), ""]
     timings["total_seconds"] = time.perf_counter() - t_all
-    results.atomic_write_text(os.path.join(out, "summary.md"), "\n".join(summary_md))
+    storage.atomic_write_text(os.path.join(out, "summary.md"), "\n".join(summary_md))
     files = sorted(f for f in os.listdir(out) if os.path.isfile(os.path.join(out, f)) and not f.startswith(".")) + ["summary.json"]
-    results.atomic_write_json(os.path.join(out, "summary.json"), {
+    storage.atomic_write_json(os.path.join(out, "summary.json"), {
         "preset": FLAGS.preset, "settings": settings.public(), "tradeoff_samples": samples,
         "checks": checks, "timings": timings, "files": files})
     print("\n".join(summary_md))

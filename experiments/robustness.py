@@ -5,28 +5,27 @@ plain sampling from the target, detectors fitted and saved) plus the basic
 watermark of both decoders on the same prompts, then edits the test texts'
 generated tokens — substitution, insertion, deletion, span reordering,
 mixing into human text — at ``--edit_rates`` and scores them with every
-detector (``wmspec_jax.experiment.robustness``). Outputs under
+detector (``wmspec_jax.lab.robustness``). Outputs under
 ``--output_dir``: ``robustness.json`` / ``.csv`` / ``.md``, ``robustness.png``,
 ``robustness_streams.png`` (and the detection experiment's outputs).
 Resumable: generations and finished cells are reused on a rerun. The secret:
 ``$WMSPEC_SECRET`` / ``--secret_env`` / ``--secret_file`` (the public demo
 secret with a warning otherwise).
 
-  python experiments/robustness.py --output_dir=results/robustness
-  python experiments/robustness.py --output_dir=results/robustness --num_detection_texts=64 --max_new_tokens=64 \
+  python -m experiments.robustness --output_dir=results/robustness
+  python -m experiments.robustness --output_dir=results/robustness --num_detection_texts=64 --max_new_tokens=64 \
       --gumbel_temperature=1.0 --synthid_temperature=1.0 --tpr_lengths=16,32,64 --edit_rates=0,0.1,0.2,0.3,0.4,0.5
 """
 
 import os
-import sys
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wmspec_jax import experiment, sharding  # noqa: E402
-from wmspec_jax.experiment import flags as script_flags  # noqa: E402
-from wmspec_jax.experiment import robustness  # noqa: E402
+from wmspec_jax import sharding
+from wmspec_jax import lab as experiment
+from experiments import flags as script_flags
+from wmspec_jax.lab import robustness
 
 script_flags.define_flags()
 script_flags.define_robustness_flags()

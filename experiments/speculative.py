@@ -6,26 +6,25 @@ on the same prompts, and writes ``speculative.json`` / ``.csv`` and
 ``aatps.png`` (95 % confidence intervals) under ``--output_dir``. Resumable:
 rerunning with the same flags only generates what is missing.
 
-  python experiments/speculative.py --output_dir=results/speculative
-  WMSPEC_SECRET=... python experiments/speculative.py --target=/ckpt/llama-2-7b --draft=/ckpt/llama-68m \
+  python -m experiments.speculative --output_dir=results/speculative
+  WMSPEC_SECRET=... python -m experiments.speculative --target=/ckpt/llama-2-7b --draft=/ckpt/llama-68m \
       --dataset=eli5:/data/eli5.jsonl --num_prompts=500 --max_new_tokens=200 --batch_size=32
 
 The watermark secret comes from ``$WMSPEC_SECRET`` (or ``--secret_env`` /
 ``--secret_file``); without one the public demo secret is used, with a
 warning. Every flag is validated before any work; one process at a time may
-write an output directory. Flags: ``wmspec_jax.experiment.flags.FLAG_HELP``
+write an output directory. Flags: ``experiments.flags.FLAG_HELP``
 (``--helpfull``).
 """
 
 import os
-import sys
 
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from wmspec_jax import experiment, sharding  # noqa: E402
-from wmspec_jax.experiment import flags as script_flags  # noqa: E402
+from wmspec_jax import sharding
+from wmspec_jax import lab as experiment
+from experiments import flags as script_flags
 
 script_flags.define_flags()
 flags.DEFINE_string("output_dir", "results/speculative", "where outputs go")

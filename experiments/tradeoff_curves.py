@@ -1,7 +1,7 @@
 """Figure 1: trade-off curves between watermark strength and sampling efficiency.
 
-    python experiments/tradeoff_curves.py --output_dir=results/tradeoff
-    python experiments/tradeoff_curves.py --q=0.5,0.3,0.2 --p=0.2,0.3,0.5 --num_samples=1000000
+    python -m experiments.tradeoff_curves --output_dir=results/tradeoff
+    python -m experiments.tradeoff_curves --q=0.5,0.3,0.2 --p=0.2,0.3,0.5 --num_samples=1000000
 
 Writes ``tradeoff.json`` (every curve as arrays of SE and WS with standard
 errors, the inputs, sample counts, seed and provenance) and ``tradeoff.png``
@@ -19,7 +19,7 @@ both the correct and the as-published Hu curves.
 
 Every Monte Carlo result is cached under ``<output_dir>/cache`` keyed by its
 inputs, so an interrupted run resumes where it stopped (``--force`` ignores
-the cache). All files are written atomically (``wmspec_jax.results.atomic_write``).
+the cache). All files are written atomically (``wmspec_jax.storage.atomic_write``).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from absl import app, flags, logging
 
 import jax
 
-from wmspec_jax import prf, results
+from wmspec_jax import prf, storage
 from wmspec_jax import tradeoff as to
-from wmspec_jax.experiment.session import script_main
+from wmspec_jax.lab.session import script_main
 from wmspec_jax.tradeoff import kernels
 
 FLAGS = flags.FLAGS
@@ -68,7 +68,7 @@ ORANGE, BLUE, GRAY = "tab:orange", "tab:blue", "0.45"
 
 
 def write_json(path: pathlib.Path, obj) -> None:
-    results.atomic_write_json(path, obj, indent=1)
+    storage.atomic_write_json(path, obj, indent=1)
 
 
 class Cache:
@@ -292,7 +292,7 @@ def plot(result: dict, published_hu: bool, path: pathlib.Path) -> None:
     fig.suptitle(f"Watermark strength vs speculative sampling efficiency — {n:,d} Monte Carlo samples per curve "
                  f"(standard errors in tradeoff.json)", fontsize=10)
     try:
-        results.atomic_savefig(fig, path, dpi=130)
+        storage.atomic_savefig(fig, path, dpi=130)
     finally:
         plt.close(fig)
 

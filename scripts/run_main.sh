@@ -5,4 +5,4 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
-exec "$ROOT/.venv/bin/python" experiments/reproduce.py --preset=quick --output_dir=results/quick "$@"
+exec "$ROOT/.venv/bin/python" -m experiments.reproduce --preset=quick --output_dir=results/quick "$@"

@@ -16,7 +16,7 @@ import os
 # Longest first (seconds of each file on the 2-core CPU, summed from
 # `bash scripts/run_tests.sh --durations=0`; the whole suite sums to ~1,300 s).
 LONGEST_FILES = (
-    "test_pipeline.py",       # ~205 s: the experiment scripts as subprocesses, SIGKILL and resume
+    "test_lab.py",            # ~205 s: the experiment scripts as subprocesses, SIGKILL and resume
     "test_notebooks.py",      # ~170 s: four notebooks in kernels
     "test_speculative.py",    # ~165 s
     "test_robustness.py",     # ~90 s

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from tests import stats
-from wmspec_jax import data, keys
+from wmspec_jax import keys
+from wmspec_jax.lab import data
 from wmspec_jax.cli import detect as cli_detect
 from wmspec_jax.cli import generate as cli_generate
 
@@ -285,11 +286,11 @@ def test_bad_inputs_are_clear_errors(tmp_path, secret_file, monkeypatch):
         assert rc == 2 and message in err, (args, err)
 
 
-def test_python_m_wmspec_jax_detect(generated, secret_file):
+def test_python_m_wmspec_jax_cli_detect(generated, secret_file):
     out, _, _ = generated
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop(keys.ENV_VAR, None)
-    proc = subprocess.run([sys.executable, "-m", "wmspec_jax.detect", str(out), f"--secret_file={secret_file}",
+    proc = subprocess.run([sys.executable, "-m", "wmspec_jax.cli.detect", str(out), f"--secret_file={secret_file}",
                            "--detector=single"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     res = lines(proc.stdout)

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from wmspec_jax import data
+from wmspec_jax.lab import data
 
 
 def test_builtin_questions_are_questions_with_answers():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from tests import stats
-from wmspec_jax import edits
+from wmspec_jax.lab import edits
 
 N = 4000
 TOKENS = np.arange(1000, 1000 + N, dtype=np.int32)  # distinct ids: origins are checkable

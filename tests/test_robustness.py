@@ -10,8 +10,10 @@ import types
 import numpy as np
 import pytest
 
-from wmspec_jax import edits, experiment, keys
-from wmspec_jax.experiment import robustness
+from wmspec_jax import keys
+from wmspec_jax import lab as experiment
+from wmspec_jax.lab import edits
+from wmspec_jax.lab import robustness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "robustness-test-secret"
@@ -70,10 +72,10 @@ def test_zero_edits_reproduce_the_detection_experiment(run):
 def test_the_script_resumes_and_validates_its_flags(run, tmp_path):
     out, summary = run
     env = dict(os.environ, PYTHONPATH=ROOT, **{keys.ENV_VAR: SECRET})
-    script = os.path.join(ROOT, "experiments", "robustness.py")
+    script = ["-m", "experiments.robustness"]
     cells = open(os.path.join(out, robustness.CELLS), "rb").read()
-    proc = subprocess.run([sys.executable, script, f"--output_dir={out}"] + FLAGS, env=env, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, *script, f"--output_dir={out}"] + FLAGS, env=env, capture_output=True,
+                          text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "robustness: 0 of 20 cells to compute" in proc.stdout and "identical TPR" in proc.stdout
     assert "compiled" not in proc.stdout  # nothing generated either

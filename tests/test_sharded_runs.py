@@ -16,13 +16,15 @@ import numpy as np
 import pytest
 
 from tests.multidevice import run_on_devices
-from wmspec_jax import pairs, results, runs
+from wmspec_jax import storage
+from wmspec_jax.lab import pairs, runs
 
 SCRIPT = textwrap.dedent(
     """
     import json, os, pathlib, sys, jax, numpy as np
     from tests.models.test_checkpoints import CFG, WORDS, write_checkpoint
-    from wmspec_jax import pairs, runs, sharding
+    from wmspec_jax import sharding
+    from wmspec_jax.lab import pairs, runs
     assert jax.device_count() == 8
     root = pathlib.Path(sys.argv[1])
     # 4 query / 2 kv heads, MLP 24 units, vocabulary 40: split over model=2 (kv heads replicated on 4).
@@ -115,7 +117,7 @@ def test_batch_size_must_split_evenly_over_the_data_axis():
 
     pair = pairs.load_pair("toy", "toy", mesh=sharding.make_mesh("data=1,model=1"))
     prompts, lengths = np.ones((2, 3), np.int32), np.full(2, 3, np.int32)
-    store = results.JsonlStore.__new__(results.JsonlStore)  # never written: the check comes first
+    store = storage.JsonlStore.__new__(storage.JsonlStore)  # never written: the check comes first
     store.records, store.noted = {}, set()
 
     class Mesh:  # a 2-way data axis without forcing 2 devices in this process
@@ -138,20 +140,21 @@ def test_two_processes_write_their_shards_and_merge_into_the_single_process_reco
     """A real multi-process run (jax.distributed on CPU, one device per process, --mesh=data=2) of
     experiments/speculative.py: each process writes its rows to its own file, process 0 alone writes the
     shared outputs and merges; the records equal a single-process run's."""
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments",
-                          "speculative.py")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = ["-m", "experiments.speculative"]
     args = ["--target=toy", "--draft=toy", "--num_prompts=4", "--batch_size=2", "--lookaheads=2",
             "--max_new_tokens=8", "--synthid_layers=4"]
     env = dict(os.environ, JAX_PLATFORMS="cpu", WMSPEC_SECRET="multi-process-test")
     env.pop("XLA_FLAGS", None)
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, script, *args, "--mesh=data=2", f"--output_dir={tmp_path / 'multi'}"],
+    procs = [subprocess.Popen([sys.executable, *script, *args, "--mesh=data=2", f"--output_dir={tmp_path / 'multi'}"],
+                              cwd=root,
                               env=dict(env, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
                                        JAX_PROCESS_ID=str(i)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
-    single = subprocess.run([sys.executable, script, *args, f"--output_dir={tmp_path / 'single'}"], env=env,
-                            capture_output=True, text=True, timeout=300)
+    single = subprocess.run([sys.executable, *script, *args, f"--output_dir={tmp_path / 'single'}"], env=env,
+                            capture_output=True, text=True, timeout=300, cwd=root)
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert single.returncode == 0, single.stderr[-2000:]
     for p, out in zip(procs, outs):
@@ -173,7 +176,7 @@ def test_two_processes_write_their_shards_and_merge_into_the_single_process_reco
 
 
 def test_mesh_setting_is_checked_when_built():
-    from wmspec_jax import experiment
+    from wmspec_jax import lab as experiment
 
     with pytest.raises(ValueError, match="--mesh"):
         experiment.Settings(mesh="data=2,tensor=4")

@@ -228,7 +228,7 @@ def test_target_logprob_record_is_the_targets_temperature_one_log_prob(method, k
     """LOGPPL's terms come from the loop's own target forwards: log P(w_t | w_{t-1}) of the
     Markov target at T = 1 without top-k (whatever the sampling temperature / top-k), at every
     generated position and nowhere else; log_perplexity equals runs.log_perplexity."""
-    from wmspec_jax import runs
+    from wmspec_jax.lab import runs
 
     res = run(method, k, GUMBEL, n=200, max_new=11, **kw)
     toks, lp = np.asarray(res.tokens), np.asarray(res.target_logprob)

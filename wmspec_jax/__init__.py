@@ -26,9 +26,9 @@ Modules and the names below are imported on first use (:mod:`wmspec_jax._lazy`):
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "candidates", "cli", "context", "data", "decoders", "detect", "edits", "evaluation", "experiment", "keys",
-    "lm", "methods", "models", "pairs", "pipeline", "prf", "prf_keys", "prf_numpy", "results", "runs",
-    "sampling", "sharding", "sources", "speculative", "stages", "theory", "toy", "tradeoff", "validation",
+    "candidates", "cli", "context", "decoders", "detect", "keys", "lab", "lm", "methods", "models", "prf",
+    "prf_keys", "prf_numpy", "sampling", "sharding", "sources", "speculative", "stages", "storage", "theory", "toy",
+    "tradeoff", "user_cache", "validation",
 )
 _NAMES = {
     "WatermarkDecoder": "decoders", "gumbel_max": "decoders", "identity": "decoders",

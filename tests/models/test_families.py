@@ -13,7 +13,8 @@ import pytest
 
 from wmspec_jax import speculative
 from wmspec_jax.models import hf, protocol
-from wmspec_jax.models.config import UnsupportedModelError, config_from_hf
+from wmspec_jax.models.config import UnsupportedModelError
+from wmspec_jax.models.hf_config import config_from_hf
 
 from tiny_hf import NEW_FAMILIES
 

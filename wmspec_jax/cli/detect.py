@@ -6,7 +6,7 @@ r"""``wmspec-detect``: was this text watermarked with my key?
     cat essay.txt | wmspec-detect --windowed       # a watermarked span inside human text
     wmspec-detect --detector=results/quick/detectors/gumbel-ars-tau.npz out.jsonl
 
-(also ``python -m wmspec_jax.detect``). Inputs: text files (one text each),
+(also ``python -m wmspec_jax.cli.detect``). Inputs: text files (one text each),
 JSONL files (one JSON object per line, the text in ``--text_field``, default
 ``text``) or standard input. Output: one JSON line per text — scored tokens,
 score, exact p-value and its log, the verdict at ``--alpha``, the detector
@@ -575,14 +575,15 @@ def _secret(fv, stderr):
 
 def write_human_texts(path: str) -> int:
     """Writes the built-in human texts as JSONL (``{"id", "source", "text"}``); returns how many."""
-    from wmspec_jax import data, results
+    from wmspec_jax import storage
+    from wmspec_jax.lab import data
 
     rows = [{"id": f"builtin-eli5/{i}", "source": "builtin-eli5 answer", "text": t}
             for i, t in enumerate(data.builtin_questions().human_texts)]
     rows += [{"id": f"builtin-c4/{i}", "source": "builtin-c4 opening", "text": e.human}
              for i, e in enumerate(data.builtin_openings().examples)]
     rows = [r for r in rows if r["text"].strip()]
-    results.atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    storage.atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return len(rows)
 
 
@@ -677,9 +678,9 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     as_table = fmt == "table" or (fmt == "auto" and fv.output is None and is_terminal(stdout))
     jsonl = [json.dumps(line, ensure_ascii=False) for line in lines]
     if fv.output is not None:
-        from wmspec_jax import results
+        from wmspec_jax import storage
 
-        results.atomic_write_text(fv.output, "".join(x + "\n" for x in jsonl))
+        storage.atomic_write_text(fv.output, "".join(x + "\n" for x in jsonl))
         if fmt == "table" or (fmt == "auto" and is_terminal(stdout)):
             write_lines(stdout, [table(lines)])
     elif as_table:

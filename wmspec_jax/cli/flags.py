@@ -12,7 +12,7 @@
 * :func:`enable_compilation_cache`: the tools' persistent XLA compilation cache.
 
 The experiment scripts' flags (one per field of the experiments' settings)
-are in :mod:`wmspec_jax.experiment.flags`. Every function takes the
+are in ``experiments/flags.py``. Every function takes the
 ``flags.FlagValues`` to use (default: absl's global ``FLAGS``); the
 command-line tools use a fresh one per call, so they can be run in-process
 (tests) without global state. Importing this module does not start JAX.

@@ -138,13 +138,13 @@ def _config(fv, pair):
 def _open_output(fv, run: str, stderr):
     """(store or None, lock or None, done indices): resumes ``--output`` of the same run. Lines that
     are not records of a text (no string ``run``, no int ``index``) are reported and left alone."""
-    from wmspec_jax import results
+    from wmspec_jax import storage
 
     if fv.output is None:
         return None, None, {}
-    lock = results.FileLock(fv.output)
+    lock = storage.FileLock(fv.output)
     try:
-        store = results.JsonlStore(fv.output, lock=False)
+        store = storage.JsonlStore(fv.output, lock=False)
     except BaseException:
         lock.release()
         raise
@@ -270,7 +270,8 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
     """Runs the tool on parsed flags; returns the number of texts generated now."""
     import jax
 
-    from wmspec_jax import pairs, results, runs, speculative
+    from wmspec_jax import speculative, storage
+    from wmspec_jax.lab import pairs, runs
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     all_paths = list(fv.input) + list(paths)
@@ -318,7 +319,7 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
             print(f"{PROG}: resuming run {run}: {len(indices) - len(todo)} of {len(indices)} texts already in "
                   f"{fv.output}", file=stderr)
         draft = (pair.draft, pair.draft_params) if config.spec.speculative else (None, None)
-        progress = results.Progress(len(todo), PROG, stream=stderr)
+        progress = storage.Progress(len(todo), PROG, stream=stderr)
         for start in range(0, len(todo), fv.batch_size):
             idx = todo[start:start + fv.batch_size]
             padded = idx + [idx[-1]] * (fv.batch_size - len(idx))  # static shapes: one compilation
@@ -358,13 +359,13 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
         stdout, stderr)
     if status is not None:
         return status
-    from wmspec_jax import results
+    from wmspec_jax import storage
     from wmspec_jax.models import hf
 
     cli_flags.enable_compilation_cache()
     try:
         n = generate_texts(fv, paths, stdin=stdin, stdout=stdout, stderr=stderr)
-    except (InputError, ValueError, TypeError, OSError, results.OutputDirLocked, hf.CheckpointError) as e:
+    except (InputError, ValueError, TypeError, OSError, storage.OutputDirLocked, hf.CheckpointError) as e:
         print(f"{PROG}: error: {e}", file=stderr)
         return 2
     print(f"{PROG}: generated {n} texts" + (f" into {fv.output}" if fv.output else ""), file=stderr)

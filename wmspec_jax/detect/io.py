@@ -35,7 +35,7 @@ import jax
 import numpy as np
 
 from wmspec_jax import keys as keys_lib
-from wmspec_jax import prf, results
+from wmspec_jax import prf, storage
 from wmspec_jax.detect.common import KINDS, Detector, config_provenance
 from wmspec_jax.detect.registry import from_saved
 
@@ -123,7 +123,7 @@ def save_detector(path, detector: Detector) -> str:
     if not path.endswith(".npz"):
         path += ".npz"
     arrays = {_PREFIX + k: v for k, v in flat.items()}
-    results.atomic_savez(path, __meta__=np.frombuffer(meta.encode("utf-8"), np.uint8), **arrays)
+    storage.atomic_savez(path, __meta__=np.frombuffer(meta.encode("utf-8"), np.uint8), **arrays)
     return path
 
 

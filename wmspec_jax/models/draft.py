@@ -186,9 +186,9 @@ def save_adapters(path: str | os.PathLike, layers, adapters: dict, meta: dict | 
             flat[k] = np.asarray(adapters[k], np.float32)
     if adapters.get("head_ids") is not None:
         flat["head_ids"] = np.asarray(adapters["head_ids"], np.int32)
-    from wmspec_jax import results  # the package's one atomic writer (umask permissions, fsync)
+    from wmspec_jax import storage  # the package's one atomic writer (umask permissions, fsync)
 
-    results.atomic_write(path, lambda f: np.savez_compressed(f, **flat))
+    storage.atomic_write(path, lambda f: np.savez_compressed(f, **flat))
 
 
 @contextlib.contextmanager

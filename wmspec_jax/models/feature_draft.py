@@ -189,7 +189,7 @@ def _check_trainable(config: TransformerConfig, trainable: dict) -> None:
 def save(path: str | os.PathLike, trainable: dict, head_ids=None, meta: dict | None = None,
          dtype=np.float16) -> None:
     """Writes the trainable params (matrices in ``dtype``, norms float32) and head ids atomically."""
-    from wmspec_jax import results
+    from wmspec_jax import storage
 
     flat = {"__meta__": np.frombuffer(json.dumps({"format": FORMAT, **(meta or {})}).encode(), np.uint8),
             "fc": np.asarray(trainable["fc"], np.float32).astype(dtype),
@@ -199,7 +199,7 @@ def save(path: str | os.PathLike, trainable: dict, head_ids=None, meta: dict | N
         flat[f"layers/{k}"] = np.asarray(v, np.float32).astype(keep)
     if head_ids is not None:
         flat["head_ids"] = np.asarray(head_ids, np.int32)
-    results.atomic_write(os.fspath(path), lambda f: np.savez_compressed(f, **flat))
+    storage.atomic_write(os.fspath(path), lambda f: np.savez_compressed(f, **flat))
 
 
 def load(path: str | os.PathLike) -> tuple[dict, np.ndarray | None, dict]:

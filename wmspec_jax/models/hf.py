@@ -29,7 +29,8 @@ import numpy as np
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.models import partitioning, protocol, transformer
 from wmspec_jax.models.attention import DEFAULT_BLOCK
-from wmspec_jax.models.config import TransformerConfig, UnsupportedModelError, config_from_hf
+from wmspec_jax.models.config import TransformerConfig, UnsupportedModelError
+from wmspec_jax.models.hf_config import config_from_hf
 
 _INDEX = "model.safetensors.index.json"
 _SINGLE = "model.safetensors"

@@ -1,5 +1,5 @@
-"""absl flags of the experiment scripts (``experiments/*.py``): one flag per field of
-:class:`wmspec_jax.experiment.settings.Settings`, plus the secret flags
+"""absl flags of the experiment scripts (``python -m experiments.<script>``): one flag per field of
+:class:`wmspec_jax.lab.settings.Settings`, plus the secret flags
 (:func:`wmspec_jax.cli.flags.define_secret_flags`) and the robustness
 experiment's own.
 
@@ -15,12 +15,12 @@ import dataclasses
 from absl import flags
 
 from wmspec_jax.cli.flags import PAIR_FLAG_HELP, SECRET_FLAGS, define_secret_flags, secret_from_flags
-from wmspec_jax.experiment.session import log
-from wmspec_jax.experiment.settings import Settings
+from wmspec_jax.lab.session import log
+from wmspec_jax.lab.settings import Settings
 
 FLAG_HELP = {
     **PAIR_FLAG_HELP,
-    "dataset": "builtin-eli5[:split], builtin-c4[:split], eli5:PATH or c4:PATH (wmspec_jax.data)",
+    "dataset": "builtin-eli5[:split], builtin-c4[:split], eli5:PATH or c4:PATH (wmspec_jax.lab.data)",
     "num_prompts": "texts per run of the speed table (Tables 1-2)",
     "num_detection_texts": "texts per detection run (train + test; >= 4)",
     "num_detection_train": "of each detection run's texts, how many (the lowest indices) train the detectors; "
@@ -112,7 +112,7 @@ def settings_from_flags(base: Settings = Settings(), *, allow_demo_secret: bool 
 
 def define_robustness_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
     """``--edits``, ``--edit_rates``, ``--reorder_span``, ``--num_auc_resamples`` of ``experiments/robustness.py``."""
-    from wmspec_jax.experiment.robustness import RobustnessSettings
+    from wmspec_jax.lab.robustness import RobustnessSettings
 
     d = RobustnessSettings()
     flags.DEFINE_list("edits", list(d.edits), "edits to apply: substitute, insert, delete, reorder, mix",
@@ -125,10 +125,10 @@ def define_robustness_flags(fv: flags.FlagValues = flags.FLAGS) -> None:
 
 
 def robustness_settings_from_flags(fv: flags.FlagValues = flags.FLAGS):
-    """:class:`wmspec_jax.experiment.robustness.RobustnessSettings` from the parsed flags (UsageError if invalid)."""
+    """:class:`wmspec_jax.lab.robustness.RobustnessSettings` from the parsed flags (UsageError if invalid)."""
     from absl import app
 
-    from wmspec_jax.experiment.robustness import RobustnessSettings
+    from wmspec_jax.lab.robustness import RobustnessSettings
 
     try:
         rates = tuple(float(x) for x in fv.edit_rates)

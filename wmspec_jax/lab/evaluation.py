@@ -1,6 +1,6 @@
 """Experiment summaries: Tables 1-2 (AATPS, PTT, LOGPPL) and Fig. 2 / Fig. 5 (detection).
 
-Inputs are the per-text records of :mod:`wmspec_jax.runs`; outputs are plain
+Inputs are the per-text records of :mod:`wmspec_jax.lab.runs`; outputs are plain
 JSON-able dicts (the experiments write them as summary JSON/CSV and plot
 them). Confidence intervals: Student-t 95 % over texts (AATPS, LOGPPL) or
 over batches (PTT: a batch is one timed call); percentile bootstrap for TPR
@@ -47,7 +47,7 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from wmspec_jax import detect, results
+from wmspec_jax import detect, storage
 from wmspec_jax.detect import metrics
 
 ALPHA = 0.01
@@ -68,9 +68,9 @@ def speculative_row(name: str, records: Sequence[dict]) -> dict:
     batches = {}
     for r in records:
         batches[r["batch"]] = 1000.0 * r["batch_seconds"] / max(r["batch_tokens"], 1)
-    aatps, aatps_ci = results.mean_ci([r["aatps"] for r in records])
-    ptt, ptt_ci = results.mean_ci(list(batches.values()))
-    ppl, ppl_ci = results.mean_ci([r["logppl"] for r in records])
+    aatps, aatps_ci = metrics.mean_ci([r["aatps"] for r in records])
+    ptt, ptt_ci = metrics.mean_ci(list(batches.values()))
+    ppl, ppl_ci = metrics.mean_ci([r["logppl"] for r in records])
     return {"run": name, "texts": len(records), "batches": len(batches),
             "mean_new_tokens": float(np.mean([len(r["tokens"]) for r in records])),
             "aatps": aatps, "aatps_ci": aatps_ci, "ptt_ms": ptt, "ptt_ms_ci": ptt_ci,
@@ -86,7 +86,7 @@ def texts_from_records(records: Sequence[dict], prompts: np.ndarray, keys):
     """Rebuilds prompt + generated rows for detection.
 
     Args:
-      records: run records (:func:`wmspec_jax.runs.generate_run`).
+      records: run records (:func:`wmspec_jax.lab.runs.generate_run`).
       prompts: int32[N, P] the experiment's packed prompts.
       keys: :class:`wmspec_jax.keys.StreamKeys` of the records' texts, in
         the records' order (the keys detection scores them with).

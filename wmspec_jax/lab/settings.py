@@ -3,7 +3,7 @@
 :class:`Settings` holds everything Tables 1-2, the detection experiment and
 the robustness experiment depend on; the presets of
 ``experiments/reproduce.py`` are instances of it, and
-:mod:`wmspec_jax.experiment.flags` turns every field into an absl flag (adding a
+:mod:`experiments.flags` turns every field into an absl flag (adding a
 field here, with its help line in ``experiment.flags.FLAG_HELP``, adds the flag to
 every script). The secret is a :class:`wmspec_jax.keys.Secret`: only its
 fingerprint is ever stored (:meth:`Settings.public`).
@@ -18,7 +18,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from wmspec_jax import decoders, keys, pairs
+from wmspec_jax import decoders, keys
+from wmspec_jax.lab import pairs
 from wmspec_jax.detect import synthid as _synthid
 
 GUMBEL, SYNTHID = decoders.GUMBEL, decoders.SYNTHID

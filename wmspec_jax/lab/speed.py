@@ -8,11 +8,12 @@ from typing import Sequence
 
 import numpy as np
 
-from wmspec_jax import evaluation, results, runs
-from wmspec_jax.experiment.plots import plot_aatps
-from wmspec_jax.experiment.session import Session, log
-from wmspec_jax.experiment.settings import GUMBEL, SYNTHID, Settings
-from wmspec_jax.experiment.tables import write_csv
+from wmspec_jax import storage
+from wmspec_jax.lab import evaluation, runs
+from wmspec_jax.lab.plots import plot_aatps
+from wmspec_jax.lab.session import Session, log
+from wmspec_jax.lab.settings import GUMBEL, SYNTHID, Settings
+from wmspec_jax.lab.tables import write_csv
 
 
 def speed_runs(s: Settings) -> list:
@@ -48,7 +49,7 @@ def run_speculative(session: Session) -> dict:
                      "method": method_label(run), "method_id": run.method, **row})
     summary = {"settings": s.public(), "pair": session.pair.name, "rows": rows,
                "checks": speculative_checks(rows)}
-    results.atomic_write_json(os.path.join(session.output_dir, "speculative.json"), summary)
+    storage.atomic_write_json(os.path.join(session.output_dir, "speculative.json"), summary)
     write_csv(os.path.join(session.output_dir, "speculative.csv"), rows)
     plot_aatps(rows, os.path.join(session.output_dir, "aatps.png"))
     return summary

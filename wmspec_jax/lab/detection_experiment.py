@@ -1,5 +1,5 @@
 """Fig. 2 (TPR at 1 % FPR vs length) and Fig. 5 (ROC) for Alg. 1 with each decoder
-(``experiments/detection.py``; protocol in :mod:`wmspec_jax.evaluation`).
+(``experiments/detection.py``; protocol in :mod:`wmspec_jax.lab.evaluation`).
 
 Outputs under the session's directory: ``detection.json`` / ``.csv``,
 ``tpr_vs_length.png``, ``roc.png`` and the fitted detectors
@@ -13,11 +13,12 @@ import os
 
 import jax
 
-from wmspec_jax import detect, evaluation, prf, results, runs
-from wmspec_jax.experiment.plots import plot_detection
-from wmspec_jax.experiment.session import Session, log
-from wmspec_jax.experiment.settings import GUMBEL, SYNTHID, Settings
-from wmspec_jax.experiment.tables import write_csv
+from wmspec_jax import detect, prf, storage
+from wmspec_jax.lab import evaluation, runs
+from wmspec_jax.lab.plots import plot_detection
+from wmspec_jax.lab.session import Session, log
+from wmspec_jax.lab.settings import GUMBEL, SYNTHID, Settings
+from wmspec_jax.lab.tables import write_csv
 
 DETECTORS_DIR = "detectors"
 
@@ -37,7 +38,7 @@ def detection_texts(session: Session, decoder: str) -> dict:
     """The detection experiment's texts of one decoder (generated where missing).
 
     Returns:
-      dict of :func:`wmspec_jax.evaluation.texts_from_records` dicts —
+      dict of :func:`wmspec_jax.lab.evaluation.texts_from_records` dicts —
       ``ptr``, ``pte`` (Alg. 1, train / test parts: ``num_detection_train``
       texts train), ``ntr``, ``nte`` (plain sampling from the target),
       ``htr``, ``hte`` (human answers of the same prompts, or None) — every
@@ -89,7 +90,7 @@ def run_detection(session: Session) -> dict:
                                               test_human=t["hte"], mixture=s.synthid_mixture, **common)
         res.update(positives=pos_run.name, negatives_run=neg_run.name, temperature=pos_run.temperature)
         out[dec] = res
-    results.atomic_write_json(os.path.join(session.output_dir, "detection.json"), out)
+    storage.atomic_write_json(os.path.join(session.output_dir, "detection.json"), out)
     rows = []
     for dec in (GUMBEL, SYNTHID):
         for name, curve in out[dec]["tpr"].items():

@@ -3,7 +3,7 @@
 A *run* is one generation setting (:class:`RunSpec`: method, decoder,
 lookahead K, temperature) applied to a prompt list. :func:`generate_run`
 generates it batch by batch and appends one JSON record per text to a
-:class:`~wmspec_jax.results.JsonlStore`; an interrupted run resumes where it
+:class:`~wmspec_jax.storage.JsonlStore`; an interrupted run resumes where it
 stopped, and a text's tokens do not depend on which batch it landed in:
 
 * each (run, text i) pair has its own watermark keys,
@@ -50,9 +50,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, keys, prf, results, sharding, speculative
+from wmspec_jax import decoders, keys, prf, sharding, speculative, storage
 from wmspec_jax.lm import LanguageModel
-from wmspec_jax.results import JsonlStore, Progress
+from wmspec_jax.storage import JsonlStore, Progress
 
 DECODER_KINDS = (decoders.GUMBEL, decoders.SYNTHID)
 
@@ -186,7 +186,7 @@ def generate_run(
 
     Args:
       run: the setting.
-      pair: a :class:`wmspec_jax.pairs.ModelPair`.
+      pair: a :class:`wmspec_jax.lab.pairs.ModelPair`.
       prompts: int32[N, P] packed prompts; ``prompt_lengths`` int32[N].
       store: the experiment's record store (shared by runs; ids are
         ``"{run.name}/{i}"``).
@@ -280,7 +280,7 @@ def open_generations(output_dir: str, process_index: Optional[int] = None,
     single- or multi-process, regenerates nothing that any process wrote.
     """
     name = sharding.process_shard_name(GENERATIONS, process_index, process_count)
-    lock = sharding.process_shard_name(results.LOCK_NAME, process_index, process_count)
+    lock = sharding.process_shard_name(storage.LOCK_NAME, process_index, process_count)
     store = JsonlStore(os.path.join(output_dir, name), lock_name=lock)
     for path in sorted(glob.glob(os.path.join(glob.escape(output_dir), "generations*.jsonl"))):
         if os.path.basename(path) != name:

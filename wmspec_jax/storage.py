@@ -1,5 +1,5 @@
-"""Result files for long runs: one atomic-write helper, locked output directories,
-resumable JSONL that never loses a valid record, confidence intervals.
+"""Storage: one atomic-write helper, locked output directories, resumable JSONL that never loses a
+valid record. It imports nothing else of the package (the layer everything may write files through).
 
 * :func:`atomic_write` is the package's single way to write a file: the
   bytes go to a temporary file in the same directory, are flushed to disk,
@@ -22,7 +22,7 @@ resumable JSONL that never loses a valid record, confidence intervals.
 * Several processes of one run (``jax.distributed``): only process 0 writes
   files (:func:`is_output_writer`; the others' ``atomic_write`` returns
   without writing — they compute the same outputs); each process appends its
-  own rows to its own JSONL (:func:`wmspec_jax.runs.open_generations`).
+  own rows to its own JSONL (:func:`wmspec_jax.lab.runs.open_generations`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import warnings
 from typing import IO, Any, Callable, Iterable, Iterator
 
 import numpy as np
-from scipy import stats
 
 try:  # POSIX; elsewhere the directory lock degrades to a warning
     import fcntl
@@ -444,20 +443,8 @@ def _parse_record(line: bytes):
 
 
 # ---------------------------------------------------------------------------
-# Summaries and progress
+# Progress
 # ---------------------------------------------------------------------------
-
-
-def mean_ci(values, level: float = 0.95) -> tuple[float, float]:
-    """Mean and half-width of its Student-t confidence interval."""
-    x = np.asarray(values, np.float64)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return float("nan"), float("nan")
-    if x.size == 1:
-        return float(x[0]), float("nan")
-    half = stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
-    return float(x.mean()), float(half)
 
 
 class Progress:
@@ -483,5 +470,5 @@ def batched(items: list, size: int) -> Iterator[list]:
 
 __all__ = [
     "DirectoryLock", "FileLock", "JsonlStore", "is_output_writer", "OutputDirLocked", "Progress", "atomic_savefig", "atomic_savez", "atomic_write",
-    "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "batched", "mean_ci",
+    "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "batched",
 ]

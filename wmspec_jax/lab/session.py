@@ -5,10 +5,10 @@ the prompts and the record store.
 ``experiments/robustness.py`` and ``experiments/reproduce.py`` all open a
 :class:`Session`: :func:`preflight` checks the settings, the dataset and the
 model paths before anything loads; the session holds the output directory's
-lock (:class:`wmspec_jax.results.DirectoryLock`: a second writer is refused)
+lock (:class:`wmspec_jax.storage.DirectoryLock`: a second writer is refused)
 and refuses to resume a directory whose generations used other settings or
 another secret (by its fingerprint). All parts share one record store,
-``<output_dir>/generations.jsonl`` (:mod:`wmspec_jax.runs`), so a rerun (or
+``<output_dir>/generations.jsonl`` (:mod:`wmspec_jax.lab.runs`), so a rerun (or
 an interrupted run) only generates what is missing, and the Alg. 1 texts of
 Tables 1-2 are the positives of detection and robustness.
 
@@ -16,11 +16,11 @@ With ``--mesh`` the pair is placed on a ``data`` x ``model`` mesh
 (``docs/sharding.md``). A multi-process run (the scripts call
 :func:`wmspec_jax.sharding.maybe_initialize_distributed` first) opens one
 session per process: each holds its own lock file and appends its rows to
-``generations.<process_index>.jsonl`` (:func:`wmspec_jax.runs.open_generations`);
+``generations.<process_index>.jsonl`` (:func:`wmspec_jax.lab.runs.open_generations`);
 every process knows every record, computes the same tables, and only
-process 0 writes the shared files (:func:`wmspec_jax.results.is_output_writer`).
+process 0 writes the shared files (:func:`wmspec_jax.storage.is_output_writer`).
 When the session ends without an error, process 0 appends the shards to
-``generations.jsonl`` (:func:`wmspec_jax.runs.merge_generations`).
+``generations.jsonl`` (:func:`wmspec_jax.lab.runs.merge_generations`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from typing import Optional, Sequence
 
 import jax
 
-from wmspec_jax import data, keys, pairs, results, runs, sharding
-from wmspec_jax.experiment.settings import GENERATION_FIELDS, PARTS, Settings, prompts_needed
+from wmspec_jax import keys, sharding, storage
+from wmspec_jax.lab import data, pairs, runs
+from wmspec_jax.lab.settings import GENERATION_FIELDS, PARTS, Settings, prompts_needed
 
 
 def preflight(s: Settings, parts: Sequence[str] = PARTS) -> data.PromptSet:
@@ -82,7 +83,7 @@ def script_main(main):
     def guarded(argv):
         try:
             return main(argv)
-        except (results.OutputDirLocked, CheckpointError, ValueError, OSError, subprocess.CalledProcessError) as e:
+        except (storage.OutputDirLocked, CheckpointError, ValueError, OSError, subprocess.CalledProcessError) as e:
             if os.environ.get(TRACEBACK_ENV):
                 raise
             print(f"{os.path.basename(sys.argv[0])}: error: {e}", file=sys.stderr)
@@ -98,12 +99,12 @@ class Session:
       s: the settings.
       output_dir: where everything goes; locked for this process while the
         session is open (:meth:`close`, or use it as a context manager).
-      pair: an already loaded :class:`wmspec_jax.pairs.ModelPair` (tests).
+      pair: an already loaded :class:`wmspec_jax.lab.pairs.ModelPair` (tests).
       parts: the parts that will run (``"speculative"``, ``"detection"``):
         only their prompts are needed.
 
     Raises:
-      wmspec_jax.results.OutputDirLocked: another process writes there.
+      wmspec_jax.storage.OutputDirLocked: another process writes there.
       ValueError: the directory holds generations of other settings or of
         another secret, or a preflight check fails.
     """
@@ -111,7 +112,7 @@ class Session:
     def __init__(self, s: Settings, output_dir: str, pair: Optional[pairs.ModelPair] = None,
                  parts: Sequence[str] = PARTS):
         self.settings, self.output_dir, self.parts = s, output_dir, tuple(parts)
-        self._lock = results.DirectoryLock(output_dir, sharding.process_shard_name(results.LOCK_NAME))
+        self._lock = storage.DirectoryLock(output_dir, sharding.process_shard_name(storage.LOCK_NAME))
         try:
             self._open(pair)
         except BaseException:
@@ -150,7 +151,7 @@ class Session:
             f"{need} prompts from {prompt_set.name}")
         self.prompts, self.prompt_lengths = pairs.encode_prompts(
             self.pair, self.prompt_set.prompts, self.prompt_set.kind, s.max_prompt_tokens)
-        results.atomic_write_json(settings_path, s.public())
+        storage.atomic_write_json(settings_path, s.public())
         self.store = runs.open_generations(output_dir)
         if self.store.load_report():
             log(self.store.load_report())
@@ -162,7 +163,7 @@ class Session:
                 from jax.experimental import multihost_utils
 
                 multihost_utils.sync_global_devices("wmspec_jax: generations written")
-            if results.is_output_writer() and getattr(self, "store", None) is not None:
+            if storage.is_output_writer() and getattr(self, "store", None) is not None:
                 merged = runs.merge_generations(self.store, self.output_dir)
                 if merged:
                     log(f"appended {merged} records of other processes to generations.jsonl")

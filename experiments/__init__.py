@@ -1,0 +1,1 @@
+"""The experiment scripts: each a module, ``python -m experiments.<name>`` (absl flags; ``--helpfull``)."""
