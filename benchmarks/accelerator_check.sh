@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One accelerator check: the speed table at the paper's shapes, the transformers
 # baseline, the decode step against its references, the 7B memory per device,
-# batch invariance, and the tests behind the claims, run on this machine's
-# default JAX device; one JSON (plus each part's log) in OUT_DIR.
+# batch invariance, and the tests behind the claims, run on the default JAX
+# device; one JSON (plus each part's log) in OUT_DIR.
 #
 #   bash benchmarks/accelerator_check.sh [OUT_DIR]      # default results/accelerator_check
 #

@@ -101,7 +101,7 @@ def main(argv):
     record("synthid_statistics", _time(lambda: det.synthid_statistics(tokens, keys, m, vocab_size=FLAGS.vocab).g_draft, FLAGS.repeats))
     sy = det.synthid_statistics(tokens, keys, m, vocab_size=FLAGS.vocab)
     cfg = det.BayesConfig(mode="mlp", num_layers=m)
-    mlp = det.synthid.bayes_detector(cfg, det.synthid.init_params(cfg, jax.random.key(0)))
+    mlp = det.bayes.bayes_detector(cfg, det.bayes.init_params(cfg, jax.random.key(0)))
     record("bayes_mlp (scoring)", _time(lambda: det.score_bayes(mlp, sy).score, FLAGS.repeats))
 
     meta = {"batch": b, "length": length, "synthid_layers": m, "backend": jax.default_backend(),

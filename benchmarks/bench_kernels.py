@@ -1,4 +1,4 @@
-r"""The sampler's kernels against the forms the package used before (issue 11), on XLA.
+r"""The sampler's kernels against the forms the package used before, on XLA.
 
 Each pair computes the same thing; the "before" form is the one the
 generation loop used until the loop was rewritten, kept here as the

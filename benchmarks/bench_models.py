@@ -34,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax.lm import FeatureDraftModel
 from wmspec_jax.models import builtin, draft, feature_draft
 
 FLAGS = flags.FLAGS
@@ -74,7 +73,7 @@ def calls_for(ckpt, batch: int):
     capacity = max(FLAGS.prompt_len, FLAGS.context) + 8
     # a feature draft also reads one feature vector per input token (values do not change the cost)
     features = ((lambda t: (jnp.zeros((batch, t, lm.feature_size), ckpt.dtype),))
-                if isinstance(lm, FeatureDraftModel) else (lambda t: ()))
+                if lm.uses_target_features else (lambda t: ()))
     prefill = jax.jit(lambda p, c, t, n, *f: lm.step(p, c, t, n, *f)[-1])
     decode = jax.jit(lm.step)
     cache = lm.init_cache(batch, capacity)

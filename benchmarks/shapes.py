@@ -1,7 +1,7 @@
 """Random-init model pairs of fixed shapes for the benchmarks (no checkpoints needed).
 
-* ``tiny_llama_pair``: the shape used to compare with the paper's PyTorch code
-  (issue 11): a 2-layer Llama target, d = 128, 4 heads, V = 32000, and a
+* ``tiny_llama_pair``: the shape used to compare with the paper's PyTorch code:
+  a 2-layer Llama target, d = 128, 4 heads, V = 32000, and a
   1-layer draft of the same width. The weights are random (seeded), so
   acceptance is whatever random models give; the benchmark reports time per
   step as well as per token.

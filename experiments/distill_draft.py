@@ -25,7 +25,7 @@ remainder, not of the full 49152-token distributions (which would mean storing
 or recomputing the target's logits at every training step: ~100x the data, or
 the target's forward pass in every step on a 2-core CPU).
 
-Draft v3 (``wmspec_jax/assets/smollm2_draft_v3.npz``, the default built-in
+Draft v3 (``drafts/smollm2_draft_v3.npz``, the default built-in
 draft): the v2 adapters and reduced head below, distilled further on one full
 sampling pass over the 742 train prompts at T = 0.7 and at T = 1.0 (1484
 sequences, 48 chunks; ``docs/models.md`` has the held-out acceptance and the
@@ -36,14 +36,14 @@ the repository root)::
   python -m experiments.distill_draft --mode=sample --repeats=1 --workdir=$W \
       --temperatures=0.7,1.0
   python -m experiments.distill_draft --mode=train --workdir=$W --head_size=16384 \
-      --head_rank=count --keep_init_head --init=wmspec_jax/assets/smollm2_draft_v2.npz \
+      --head_rank=count --keep_init_head --init=drafts/smollm2_draft_v2.npz \
       --steps=700 --lr=1e-3 --save_every=25 --out=$W/smollm2_draft_v3.npz
   python -m experiments.distill_draft --mode=train --workdir=$W --head_size=16384 \
-      --head_rank=count --keep_init_head --init=wmspec_jax/assets/smollm2_draft_v2.npz \
+      --head_rank=count --keep_init_head --init=drafts/smollm2_draft_v2.npz \
       --steps=1300 --lr=1e-3 --save_every=25 \
-      --out=wmspec_jax/assets/smollm2_draft_v3.npz  # resumes at step 700 (longer schedule)
+      --out=drafts/smollm2_draft_v3.npz  # resumes at step 700 (longer schedule)
   python -m experiments.distill_draft --mode=eval --workdir=$W \
-      --adapters=wmspec_jax/assets/smollm2_draft_v3.npz --eval_head_sizes=0 \
+      --adapters=drafts/smollm2_draft_v3.npz --eval_head_sizes=0 \
       --timing_batches=1,8 --eval_json=$W/eval_v3.json
 
 CPU time: sampling took 35 min wall (00:03-00:38); the first training command
@@ -56,13 +56,13 @@ before training without it; ``--keep_init_head`` writes the same ids to
 ``$W/head_ids_init_16384.npy`` and trains on them.) Re-running train after sampling has finished
 trains on all 48 chunks from the first step (a slightly different asset).
 
-Draft v2 (``wmspec_jax/assets/smollm2_draft_v2.npz``, loadable as
-``builtin.load_draft(name="v2")``, the default built-in draft before v3): the
+Draft v2 (``drafts/smollm2_draft_v2.npz``, loadable as
+``drafts/smollm2_draft_v2.npz``, the default built-in draft before v3): the
 v1 adapters below, fine-tuned with a reduced-vocabulary head
 (``--head_size``: the draft proposes only the 16384 tokens most frequent among
 the target's sampled tokens in the first 9 T = 1.0 chunks, ties to lower ids,
 plus the special tokens; ``docs/models.md`` has the cost / acceptance
-measurements). Commands (2-core CPU shared with two other agents' jobs, from the
+measurements). Commands (2-core CPU shared with other jobs, from the
 repository root)::
 
   W=/tmp/wmspec_draft15
@@ -72,8 +72,8 @@ repository root)::
       --temperatures=0.7         # stopped by hand after 12 T=0.7 chunks (384 rows)
   python -m experiments.distill_draft --mode=train --workdir=$W --head_size=16384 \
       --head_rank=count --head_from='train_T1.0_s0_000[0-8].npz' \
-      --init=wmspec_jax/assets/smollm2_draft.npz --steps=320 --lr=1e-3 --save_every=20 \
-      --out=wmspec_jax/assets/smollm2_draft_v2.npz
+      --init=drafts/smollm2_draft.npz --steps=320 --lr=1e-3 --save_every=20 \
+      --out=drafts/smollm2_draft_v2.npz
   python -m experiments.distill_draft --mode=eval --workdir=$W --adapters=v2 \
       --eval_head_sizes=16384,24576,32768,0 --head_rank=mass --head_from='train_T*.npz' \
       --timing_batches=1 --eval_json=$W/eval_v2.json
@@ -88,8 +88,8 @@ sampler had got (its log: 544 sequences from 17 chunks at the start, 800 from 25
 from step 60 on). Re-running train after sampling has finished trains on all 25
 chunks from the first step (a slightly different asset).
 
-Draft v1 (``smollm2_draft.npz``, loadable as ``builtin.load_draft(name="v1")``;
-the draft of results produced before issue 15). Commands used for it (2-core
+Draft v1 (``drafts/smollm2_draft.npz``, loaded by path; the draft of the
+earliest published results). Commands used for it (2-core
 CPU, run from the repository root)::
 
   mkdir -p /tmp/wmspec_draft

@@ -70,7 +70,7 @@ and feature noise. Commands (2-core CPU, from the repository root;
   python -m experiments.distill_feature_draft --stage=eval --workdir=$W --timing_batches=1 \
       --feature_draft=wmspec_jax/assets/smollm2_feature_draft_f3.npz --eval_json=$W/eval_f3.json
 
-Questions in the corpus's style (issue 15; a negative result, not shipped:
+Questions in the corpus's style (a negative result, not shipped:
 ``docs/models.md``, "Questions in the corpus's style"). The target writes each
 question after two short train-split question/answer turns
 (``--self_chat_examples=2``), and f3's weights are fine-tuned on the answers
@@ -88,8 +88,8 @@ alone (f3's own training data was not kept)::
   python -m experiments.distill_feature_draft --stage=eval --workdir=$W \
       --feature_draft=$W/f4.npz --temperatures=0.7 --timing_batches= --eval_json=$W/eval_f4.json
 
-CPU time (a slower 2-core CPU than the sessions above: features 46 s per
-64-row chunk against ~14 s there): the 1280 questions 35 min (~84 s per 64
+CPU time (a slower 2-core CPU than the one of the commands above: features 46 s
+per 64-row chunk against ~14 s there): the 1280 questions 35 min (~84 s per 64
 tries alone: the two turns make each prefix ~5x the bare header's; the last 17
 min shared the CPU with a loop benchmark), 12 answer chunks 26 min (~110 s
 each alone), features 9 min, 300 steps ~2.8 s a step alone (5-7 s while the

@@ -52,9 +52,9 @@ PRESETS = {  # settings, Monte Carlo samples of the curves, whether the public d
     # K = 1 is the built-in pair's best lookahead at the preset's batches (8 and 32) at T = 0.5, 0.7 and 1.0
     # (benchmarks/bench_draft_k.py, batch 8, with feature draft f1, of f3's cost and shape: 1.01 / 0.95 /
     # 1.09 x plain per token at K = 1, 1.10-1.32 at K = 2; docs/models.md; f3 at batch 8, T = 0.7: 1.04 at K = 1,
-    # 1.34 at K = 3); at batch 1 speculation wins (bench_speculative, T = 0.7, f3: standard / plain 0.85 and 0.81
-    # at K = 1 and 3). Detection: 144 of the built-in eval split's 150 questions, 48 train / 96 test texts
-    # per class at 96 tokens (96 = 4 x the 24 test texts of the preset before issue 15: half the interval
+    # 1.34 at K = 3); at batch 1 it is about even at K = 1 (bench_speculative, T = 0.7, f3: standard / plain
+    # 0.96 at K = 1, 1.20 at K = 3; docs/performance.md). Detection: 144 of the built-in eval split's 150 questions, 48 train / 96 test texts
+    # per class at 96 tokens (4 x the 24 test texts of an earlier quick preset: half the interval
     # width), generated 32 rows per call (more tokens per second than 8 on a CPU; the 128 Alg. 1 texts
     # the speed table has not made fill 4 calls exactly).
     "quick": (experiment.Settings(lookaheads=(1, 2, 3), detect_lookahead=1, num_detection_texts=144,

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from wmspec_jax import detect, keys, lab, speculative, storage, toy
+from wmspec_jax import detect, keys, lab, sampling, speculative, storage, toy
 from wmspec_jax.lab import evaluation, pairs, runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,14 +97,14 @@ def test_runs_resume_and_do_not_depend_on_the_batch(tmp_path, toy_pair, prompts)
 
 def test_each_run_gets_its_own_keys_so_table_rows_are_independent_draws(tmp_path, toy_pair, prompts):
     """Alg. 1 is deterministic given key and context: with one key per text shared by every run, the
-    K = 2 and K = 3 rows of Tables 1-2 were largely the same texts (issue 12: 43-81 % identical)."""
+    K = 2 and K = 3 rows of Tables 1-2 were largely the same texts (measured: 43-81 % identical)."""
     toks, lens = prompts
     idx = list(range(len(lens)))
     spec = {k: runs.RunSpec("pseudorandom", "gumbel", k, 0.7) for k in (2, 3)}
 
     def generate(k, key_run):
         out = speculative.generate(toy_pair.target, toy_pair.target_params, toks, lens,
-                                   keys.text_keys(SECRET, idx, run=key_run), runs.text_rngs(1, spec[k].name, idx),
+                                   keys.text_keys(SECRET, idx, run=key_run), sampling.text_rngs(1, idx, run=spec[k].name),
                                    spec[k].config(16, pad_id=toy_pair.pad_id),
                                    draft=toy_pair.draft, draft_params=toy_pair.draft_params)
         return [out.generated(i) for i in idx]
@@ -278,7 +278,7 @@ def test_detection_texts_rebuild_generation(pipeline_outputs):
     cfg = run.config(SMALL.max_new_tokens, pad_id=session.pair.pad_id)
     gen = speculative.generate(session.pair.target, session.pair.target_params, session.prompts[idx],
                                session.prompt_lengths[idx], keys.text_keys(SECRET, idx, run=run.name),
-                               runs.text_rngs(SMALL.seed, run.name, idx), cfg,
+                               sampling.text_rngs(SMALL.seed, idx, run=run.name), cfg,
                                draft=session.pair.draft, draft_params=session.pair.draft_params)
     wm = np.asarray(gen.watermarked)[:, : stats.mask.shape[1]]
     assert np.array_equal(np.asarray(stats.mask), wm)

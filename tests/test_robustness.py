@@ -86,7 +86,7 @@ def test_the_script_resumes_and_validates_its_flags(run, tmp_path):
     assert SECRET not in proc.stdout + proc.stderr
     for bad, message in (("--edits=swap", "--edits must be"), ("--edit_rates=0,2", "--edit_rates must be"),
                          ("--reorder_span=0", "--reorder_span")):
-        proc = subprocess.run([sys.executable, script, f"--output_dir={tmp_path / 'x'}", bad] + FLAGS[:-2], env=env,
+        proc = subprocess.run([sys.executable, *script, f"--output_dir={tmp_path / 'x'}", bad] + FLAGS[:-2], env=env,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0 and message in proc.stderr, (bad, proc.stderr[-2000:])
         assert not (tmp_path / "x").exists()

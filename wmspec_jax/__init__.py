@@ -3,40 +3,41 @@
 Reference implementation of "Improving the Trade-off Between Watermark
 Strength and Speculative Sampling Efficiency for Language Models" (ICLR 2026).
 
-Modules (one idea each):
-  keys         the secret and the one way from it to per-text stream keys
-  prf          keyed, versioned counter-based streams ζ^D, ζ^T, ζ^R
-  context      the repeated-context rule shared by generation and detection
-  decoders     unbiased decoders (Gumbel-max, SynthID), sampler, temperature/top-k
-  theory       entropy, KL, TV, watermark strength, sampling efficiency, A_spec
-  lm, toy      the language-model protocol and an exact toy Markov pair
-  speculative  the jitted generation loop: plain/basic/standard/hu/dathathri/
-               pseudorandom (Alg. 1), with per-token records
-  detect       detectors from tokens + key: Ars-τ/Prior/Oracle, soft, SynthID
-               mean and Bayesian tests, metrics
-  tradeoff     Pareto frontiers of watermark strength vs sampling efficiency
-  models       Llama/Gemma transformers, HF/GGUF loaders, the built-in pair
-  data, results, pairs   prompts and human text, atomic/resumable outputs,
-               model-pair resolution for the experiments
+The public API (everything else is reached through its module):
 
-Modules and the names below are imported on first use (:mod:`wmspec_jax._lazy`):
-``import wmspec_jax`` does not start JAX.
+  generate, precompile, SpeculativeConfig, GenerationResult, METHODS
+                the jitted generation loop (Alg. 1 and the methods it is compared with)
+  WatermarkDecoder          Gumbel-max, SynthID(m), SynthID(m = ∞): a decoder carries its behaviour
+  Secret, text_keys, StreamKeys, PRF_VERSION
+                the secret, per-text stream keys, the pseudorandom construction's version
+  LanguageModel, FeatureDraftModel, load_pair
+                the model protocols; the built-in pair, the toy pair or local checkpoints
+  detect        detectors from tokens and key (statistics, make, score, p-values, metrics)
+  tradeoff, theory          Fig. 1's Pareto frontiers; WS, SE, TV, A_spec
+
+Layers (import downwards only; ``tests/test_architecture.py``): storage
+(``storage``, ``user_cache``) < the algorithm (``prf``, ``keys``, ``context``,
+``decoders``, ``theory``, ``candidates``, ``sampling``, ``methods``,
+``stages``, ``speculative``, ``lm``, ``toy``, ``sharding``, ``models``,
+``detect``, ``tradeoff``) < the lab (``lab``: data, model pairs, runs, the
+experiments) < the tools (``cli``). Modules and names are imported on first
+use (:mod:`wmspec_jax._lazy`): ``import wmspec_jax`` does not start JAX.
 """
 
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "candidates", "cli", "context", "decoders", "detect", "keys", "lab", "lm", "methods", "models", "prf",
-    "prf_keys", "prf_numpy", "sampling", "sharding", "sources", "speculative", "stages", "storage", "theory", "toy",
-    "tradeoff", "user_cache", "validation",
+    "buffers", "candidates", "cli", "context", "decoders", "detect", "keys", "lab", "lm", "methods", "models",
+    "prf", "prf_keys", "prf_numpy", "sampling", "sharding", "sources", "speculative", "stages", "storage", "theory",
+    "toy", "tradeoff", "user_cache", "validation",
 )
 _NAMES = {
-    "WatermarkDecoder": "decoders", "gumbel_max": "decoders", "identity": "decoders",
-    "linear_mixture": "decoders", "process_logits": "decoders", "sample_token": "decoders",
-    "synthid": "decoders", "synthid_limit": "decoders",
-    "LanguageModel": "lm",
-    "PRF_VERSION": "prf_keys", "Stream": "prf_keys", "WatermarkKey": "prf_keys", "stream_keys": "prf_keys",
-    "GenerationResult": "speculative", "SpeculativeConfig": "speculative", "generate": "speculative",
+    "generate": "speculative", "precompile": "speculative", "SpeculativeConfig": "speculative",
+    "GenerationResult": "speculative", "METHODS": "methods",
+    "WatermarkDecoder": "decoders",
+    "Secret": "keys", "text_keys": "keys", "StreamKeys": "keys", "PRF_VERSION": "prf_keys",
+    "LanguageModel": "lm", "FeatureDraftModel": "lm",
+    "load_pair": "lab.pairs",
 }
 __getattr__, __dir__, __all__ = attach(__name__, SUBMODULES, _NAMES)
 

@@ -12,7 +12,14 @@ numbers ζ to a modified distribution P_ζ with E_ζ[P_ζ] = P (Sec. 2):
 
 :class:`WatermarkDecoder` is the one static description of a decoder, used by
 generation (:mod:`wmspec_jax.speculative`), detection and the trade-off
-curves (:mod:`wmspec_jax.tradeoff`).
+curves (:mod:`wmspec_jax.tradeoff`), and it carries what differs between
+decoders: how a watermarked token is drawn from the keyed stream
+(:meth:`~WatermarkDecoder.watermark_index`), the ζ of the trade-off Monte
+Carlo and S(P, ζ) on it (:meth:`~WatermarkDecoder.vocab_zeta`,
+:meth:`~WatermarkDecoder.apply`, :meth:`~WatermarkDecoder.point`), which
+statistic family detection recomputes (:attr:`~WatermarkDecoder.family`;
+:func:`wmspec_jax.detect.statistics`) and its names. Nothing outside this
+module compares decoder kinds.
 
 :func:`sample_token` turns any decoder output plus one uniform of the same
 stream into a token (inverse CDF), so that a watermarked token is a
@@ -34,12 +41,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import validation
+from wmspec_jax import prf, validation
 
 GUMBEL = "gumbel"
 SYNTHID = "synthid"
 SYNTHID_LIMIT = "synthid_limit"
 DECODER_KINDS = (GUMBEL, SYNTHID, SYNTHID_LIMIT)
+FAMILIES = (GUMBEL, SYNTHID)
+"""What detection scores a text of each kind with: the Gumbel-max uniforms, or SynthID's g-values
+(both SynthID kinds: the m = ∞ approximation draws from the same g-values)."""
 
 
 MAX_SYNTHID_LAYERS = 256
@@ -95,6 +105,86 @@ class WatermarkDecoder:
         if self.kind == SYNTHID:
             return f"SynthID(m={self.num_layers})"
         return "SynthID(m=∞)"
+
+    @classmethod
+    def from_name(cls, name: str, num_layers: int = 30) -> "WatermarkDecoder":
+        """The decoder a settings or command-line name gives: ``"gumbel"``, ``"synthid"`` (with m =
+        ``num_layers``) or ``"synthid_limit"``; ValueError otherwise."""
+        if name not in DECODER_KINDS:
+            raise ValueError(f"unknown decoder {name!r}; known: {', '.join(DECODER_KINDS)}")
+        return cls(name, num_layers)
+
+    @property
+    def family(self) -> str:
+        """The detection statistic of its texts (:data:`FAMILIES`): ``"gumbel"`` or ``"synthid"``."""
+        return GUMBEL if self.kind == GUMBEL else SYNTHID
+
+    @property
+    def family_label(self) -> str:
+        """The family's name in tables: ``"Gumbel-max"`` or ``"SynthID"``."""
+        return "Gumbel-max" if self.kind == GUMBEL else "SynthID"
+
+    @property
+    def run_tag(self) -> str:
+        """The decoder's part of an experiment run's name: ``"gumbel"`` or ``"synthid<m>"``."""
+        return "gumbel" if self.kind == GUMBEL else f"synthid{self.num_layers}"
+
+    # -- generation -----------------------------------------------------------------------------
+
+    def watermark_index(self, weights: jax.Array, ids, seeds: jax.Array) -> jax.Array:
+        """A candidate drawn from S(P, ζ) as a deterministic function of ζ: int32[B].
+
+        Gumbel-max (Eq. 2) is a point mass; SynthID (Eq. 3-4) is sampled by
+        inverse CDF with the stream's per-position uniform (independent of its
+        g-values), so the token is a function of the key and the context alone.
+        Only the candidates' ζ values are hashed (one hash per candidate for
+        Gumbel-max and per 32 layers for SynthID).
+
+        Args:
+          weights: float32[B, C] the (processed) distribution on its candidates.
+          ids: int32[B, C] candidate token ids, or None for the whole vocabulary.
+          seeds: uint32[B, 2] the stream's seeds of the position
+            (:func:`wmspec_jax.sampling.position_seeds`).
+        """
+        tokens = (jnp.arange(weights.shape[-1], dtype=jnp.uint32) if ids is None else ids.astype(jnp.uint32))
+        seeds = seeds[:, None, :]
+        if self.kind == GUMBEL:
+            return gumbel_max_index(weights, prf.token_uniforms(seeds, tokens))
+        words = jnp.stack([prf.hash_values(seeds, tokens, prf.Lane.GBITS + b)
+                           for b in range(-(-self.num_layers // prf.NUM_GBITS_PER_HASH))], axis=-1)
+        decoded = tournament_packed(weights, words, self.num_layers)
+        if self.kind == SYNTHID_LIMIT:
+            return first_argmax(decoded)
+        return inverse_cdf(decoded, prf.position_uniforms(seeds[:, 0]))
+
+    # -- the trade-off Monte Carlo ---------------------------------------------------------------
+
+    def vocab_zeta(self, seeds: jax.Array, vocab_size: int) -> jax.Array:
+        """ζ over the whole vocabulary for n samples' seeds uint32[n, 2]: Gumbel-max float32[n, V]
+        uniforms; SynthID uint32[n, V, W] packed g-values (bit l mod 32 of word l // 32 is g_l)."""
+        if self.kind == GUMBEL:
+            return prf.vocab_uniforms(seeds, vocab_size)
+        tokens = jnp.arange(vocab_size, dtype=jnp.uint32)
+        words = [prf.hash_values(seeds[:, None, :], tokens, int(prf.Lane.GBITS) + b)
+                 for b in range(-(-self.num_layers // prf.NUM_GBITS_PER_HASH))]
+        return jnp.stack(words, axis=-1)
+
+    def apply(self, probs: jax.Array, zeta: jax.Array) -> jax.Array:
+        """S(P, ζ) for a batch of :meth:`vocab_zeta`: float32[n, V] (probs float[V] or [n, V])."""
+        p = jnp.asarray(probs, jnp.float32)
+        if self.kind == SYNTHID:
+            return tournament_packed(jnp.broadcast_to(p, zeta.shape[:-1]), zeta, self.num_layers)
+        return jax.nn.one_hot(self.point(p, zeta), p.shape[-1], dtype=jnp.float32)
+
+    def point(self, probs: jax.Array, zeta: jax.Array) -> jax.Array:
+        """The token of a degenerate decoder, S(P, ζ) = δ_token: int32[n]; ValueError for finite-m
+        SynthID, which has no single output token."""
+        p = jnp.asarray(probs, jnp.float32)
+        if self.kind == GUMBEL:
+            return gumbel_max_token(jnp.log(p), zeta)
+        if self.kind == SYNTHID_LIMIT:
+            return first_argmax(tournament_packed(jnp.broadcast_to(p, zeta.shape[:-1]), zeta, self.num_layers))
+        raise ValueError(f"{self.label} is not degenerate; it has no single output token")
 
 
 def gumbel() -> WatermarkDecoder:

@@ -21,9 +21,10 @@ pins it)::
     words      = prf.stream_keys(k(run, i))          uint32[3, 2] per text
     fingerprint= SHA-256("wmspec-keys-v1/fingerprint" | M)[:8] as 16 hex digits
 
-(Issue 12 replaced the previous ``prf.stream_keys(f"{secret}/{i}")`` of
-``runs.text_keys``, which gave every run of an experiment the same key per
-text and let ``"a/1"`` and ``("a", 1)`` collide.) The fingerprint lets anyone
+(An earlier derivation, ``prf.stream_keys(f"{secret}/{i}")``, gave every
+run of an experiment the same key per text and let ``"a/1"`` and
+``("a", 1)`` collide; text made with it is detected with those keys.) The
+fingerprint lets anyone
 holding text test a *guessed* secret — as detection itself does — so use a
 secret with real entropy (e.g. ``python -c "import secrets; print(secrets.token_hex(32))"``).
 

@@ -22,10 +22,12 @@ static choice of the method, so unwatermarked methods hash nothing.
 
 from __future__ import annotations
 
+import zlib
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from wmspec_jax import candidates, decoders, prf
 
@@ -33,6 +35,25 @@ from wmspec_jax import candidates, decoders, prf
 PURPOSE_DRAFT = 0
 PURPOSE_ACCEPT = 1
 PURPOSE_TARGET = 2
+
+
+def text_rngs(seed: int, ids, run: Optional[str] = None) -> jax.Array:
+    """Typed ``jax.random`` keys [B], one per text: ``fold_in(base, id)`` with ``base = key(seed)``, or,
+    for the texts of a generation ``run``, ``fold_in(key(seed), crc32(run))`` — so two runs of one
+    experiment draw their true randomness independently.
+
+    The one source of a text's own true randomness: generation's (repeated contexts, the baselines'
+    coins; ``run`` given) and Ars-Prior's per-token coins at detection (``run=None``, ids e.g. the
+    texts' indices or a hash of their tokens). A text's keys depend on its seed, run and id only,
+    never on its batch or row. ids: ints in [0, 2^32).
+    """
+    ids = np.asarray(ids, np.int64)
+    if ids.ndim != 1 or (ids < 0).any() or (ids >= 2**32).any():
+        raise ValueError("text ids must be a 1-D array of integers in [0, 2^32)")
+    base = jax.random.key(int(seed))
+    if run is not None:
+        base = jax.random.fold_in(base, zlib.crc32(run.encode()) & 0x7FFFFFFF)
+    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(ids.astype(np.uint32)))
 
 
 def check_rng(rng, batch_size: int) -> jax.Array:
@@ -97,39 +118,11 @@ def position_seeds(keys: jax.Array, stream: int, tokens: jax.Array, positions: j
     return prf.context_seeds(keys[:, stream], ctx)
 
 
-def _candidate_ids(weights: jax.Array, ids: Optional[jax.Array]) -> jax.Array:
-    if ids is None:
-        return jnp.arange(weights.shape[-1], dtype=jnp.uint32)
-    return ids.astype(jnp.uint32)
-
-
 def watermark_index(decoder: decoders.WatermarkDecoder, weights: jax.Array, ids: Optional[jax.Array],
                     seeds: jax.Array) -> jax.Array:
-    """A candidate drawn from S(P, ζ) as a deterministic function of ζ: int32[B].
-
-    Gumbel-max (Eq. 2) is a point mass; SynthID (Eq. 3-4) is sampled by
-    inverse CDF with the stream's per-position uniform (independent of its
-    g-values), so the token is a function of the key and the context alone.
-    Only the candidates' ζ values are hashed (one hash per candidate for
-    Gumbel-max and per 32 layers for SynthID).
-
-    Args:
-      decoder: static decoder description.
-      weights: float32[B, C] the (processed) distribution P, Q or the residual
-        on its candidates.
-      ids: int32[B, C] candidate token ids, or None for the whole vocabulary.
-      seeds: uint32[B, 2] from :func:`position_seeds`.
-    """
-    tokens = _candidate_ids(weights, ids)
-    seeds = seeds[:, None, :]
-    if decoder.kind == decoders.GUMBEL:
-        return decoders.gumbel_max_index(weights, prf.token_uniforms(seeds, tokens))
-    words = jnp.stack([prf.hash_values(seeds, tokens, prf.Lane.GBITS + b)
-                       for b in range(-(-decoder.num_layers // prf.NUM_GBITS_PER_HASH))], axis=-1)
-    decoded = decoders.tournament_packed(weights, words, decoder.num_layers)
-    if decoder.kind == decoders.SYNTHID_LIMIT:
-        return decoders.first_argmax(decoded)
-    return decoders.inverse_cdf(decoded, prf.position_uniforms(seeds[:, 0]))
+    """A candidate drawn from S(P, ζ) as a deterministic function of ζ: int32[B]
+    (:meth:`wmspec_jax.decoders.WatermarkDecoder.watermark_index`)."""
+    return decoder.watermark_index(weights, ids, seeds)
 
 
 def draw(decoder: decoders.WatermarkDecoder, weights: jax.Array, ids: Optional[jax.Array],

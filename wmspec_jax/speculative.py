@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import decoders, methods, prf, sampling, stages, validation
-from wmspec_jax.lm import FeatureDraftModel, LanguageModel
+from wmspec_jax.lm import DraftModel, LanguageModel
 from wmspec_jax.methods import METHODS, Method
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET  # noqa: F401
 
@@ -198,7 +198,7 @@ class GenerationResult(NamedTuple):
 _TRACES = [0]
 
 
-def _generate_core(target: LanguageModel, draft: Optional[LanguageModel], config: SpeculativeConfig,
+def _generate_core(target: LanguageModel, draft: Optional[DraftModel], config: SpeculativeConfig,
                    target_params, draft_params, prompts, prompt_lengths, keys, rng):
     _TRACES[0] += 1  # runs once per compiled variant (at trace time)
     st = config.static()
@@ -238,7 +238,7 @@ def generate(
     watermark_key,
     rng,
     config: SpeculativeConfig,
-    draft: Optional[LanguageModel] = None,
+    draft: Optional[DraftModel] = None,
     draft_params=None,
 ) -> GenerationResult:
     """Generate with one of :data:`METHODS` (Alg. 1 for ``pseudorandom``).
@@ -271,7 +271,7 @@ def generate(
 
 
 def precompile(target, target_params, prompts, prompt_lengths, watermark_key, rng, config: SpeculativeConfig,
-               draft: Optional[LanguageModel] = None, draft_params=None) -> None:
+               draft: Optional[DraftModel] = None, draft_params=None) -> None:
     """Compiles :func:`generate` for these arguments' shapes without running it.
 
     Same arguments as :func:`generate`. A later :func:`generate` call with
@@ -334,13 +334,7 @@ def _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_ke
         if draft is None or draft_params is None:
             raise ValueError(f"method {config.method!r} needs a draft model and its params")
         validation.check_same_vocab(draft.vocab_size, vocab, "draft", "target")
-        if isinstance(draft, FeatureDraftModel):
-            if target.step_hidden is None:
-                raise ValueError(f"draft {draft.name!r} reads the target's hidden states, which target "
-                                 f"{target.name!r} does not provide (no step_hidden)")
-            if draft.feature_size != target.hidden_size:
-                raise ValueError(f"draft {draft.name!r} reads features of size {draft.feature_size}, "
-                                 f"the target's hidden size is {target.hidden_size}")
+        draft.check_target(target)
     else:
         draft, draft_params = None, None
     if isinstance(watermark_key, (list, tuple)):

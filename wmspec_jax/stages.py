@@ -51,7 +51,8 @@ import jax.numpy as jnp
 
 from wmspec_jax import candidates, context, decoders, methods, prf, sampling
 from wmspec_jax.candidates import Candidates
-from wmspec_jax.lm import FeatureDraftModel, LanguageModel
+from wmspec_jax.buffers import row_slice, row_update, set_at
+from wmspec_jax.lm import DraftModel, LanguageModel
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET
 
 
@@ -134,7 +135,7 @@ class LoopState(NamedTuple):
       tokens_per_step: int32[B, max_new_tokens] tokens emitted at each step.
       nonfinite: bool[B] a model produced NaN or +inf logits for the row.
       features: [B, L, D] the target's hidden states shifted by one position
-        (module doc); None unless the draft is a FeatureDraftModel.
+        (module doc); None unless the draft reads the target's hidden states.
     """
 
     tokens: jax.Array
@@ -175,23 +176,8 @@ class Drafts(NamedTuple):
 
 
 # ---------------------------------------------------------------------------
-# Buffer helpers
+# Contexts and seeds
 # ---------------------------------------------------------------------------
-
-
-def row_slice(x: jax.Array, start: jax.Array, size: int) -> jax.Array:
-    """x[b, start[b] : start[b] + size] for every row (callers leave slack: no clamping)."""
-    return jax.vmap(lambda row, s: jax.lax.dynamic_slice_in_dim(row, s, size))(x, start)
-
-
-def row_update(x: jax.Array, start: jax.Array, window: jax.Array) -> jax.Array:
-    """x with x[b, start[b] : start[b] + w] = window[b] for every row."""
-    return jax.vmap(lambda row, s, w: jax.lax.dynamic_update_slice_in_dim(row, w, s, 0))(x, start, window)
-
-
-def set_at(x: jax.Array, pos: jax.Array, value: jax.Array) -> jax.Array:
-    """x with x[b, pos[b]] = value[b]."""
-    return x.at[jnp.arange(x.shape[0]), pos].set(value)
 
 
 def _is_new_context(st: Static, tokens, positions, inputs: Inputs) -> jax.Array:
@@ -207,31 +193,21 @@ def _seeds(st: Static, inputs: Inputs, stream: int, tokens, positions) -> jax.Ar
 # ---------------------------------------------------------------------------
 
 
-def draft(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array,
+def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array,
           features: Optional[jax.Array] = None) -> Drafts:
     """Draft K tokens from Q, watermarked with ζ^D when the method says so (Alg. 1 lines 3-5).
 
-    The first forward feeds the 1-2 "pending" tokens the draft cache lacks
-    (up to K + 1 for a FeatureDraftModel, with the target's ``features`` of
-    :class:`LoopState`); the K-th draft's own forward is skipped (its logits
-    are never needed).
+    Through the draft protocol (:mod:`wmspec_jax.lm`): ``draft_first`` feeds
+    what the draft's cache lacks of the committed text (with the target's
+    ``features`` of :class:`LoopState` for a draft that reads them) and
+    ``draft_next`` each drafted token; the K-th draft's own forward is
+    skipped (its logits are never needed).
     """
     k = st.lookahead
     method = st.method
     # contexts matter for a watermarked draft and for pseudorandom acceptance
     need_fresh = method.watermark_draft or method.pseudorandom_acceptance
-    cached = model.cache_lengths(cache)
-    last = (n - cached - 1)[:, None, None]
-    conditioned = isinstance(model, FeatureDraftModel)
-    if conditioned:
-        # the draft reads the target's feature of the position before each pending token
-        width = k + 1
-        logits, hidden, cache = model.step(inputs.draft_params, cache, row_slice(tokens, cached, width), n - cached,
-                                           row_slice(features, cached, width))
-        hidden = jnp.take_along_axis(hidden, last, axis=1)
-    else:
-        logits, cache = model.step(inputs.draft_params, cache, row_slice(tokens, cached, 2), n - cached)
-    logits = jnp.take_along_axis(logits, last, axis=1)[:, 0]
+    logits, carry, cache = model.draft_first(inputs.draft_params, cache, tokens, n, features, lookahead=k)
     nonfinite = jnp.zeros(n.shape, bool)
     per_pos = []
     for s in range(k):  # K is small and static: unrolled
@@ -248,13 +224,8 @@ def draft(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.A
         tokens = set_at(tokens, pos, token)
         log_q = jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse
         per_pos.append((token, q, log_q, fresh, watermarked))
-        if s < k - 1 and conditioned:
-            # the target has not seen the drafts yet: the draft reads its own feature estimate
-            logits, hidden, cache = model.step(inputs.draft_params, cache, token[:, None], jnp.ones_like(n), hidden)
-            logits = logits[:, 0]
-        elif s < k - 1:
-            logits, cache = model.step(inputs.draft_params, cache, token[:, None], jnp.ones_like(n))
-            logits = logits[:, 0]
+        if s < k - 1:
+            logits, carry, cache = model.draft_next(inputs.draft_params, cache, token, carry)
     stack = lambda xs: jnp.stack(xs, axis=1)  # noqa: E731
     drafted, qs, log_q, fresh, watermarked = zip(*per_pos)
     return Drafts(tokens, stack(drafted), candidates.stack(qs), stack(log_q), stack(fresh), stack(watermarked),
@@ -265,7 +236,7 @@ def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.
            features: Optional[jax.Array] = None):
     """One target forward over the last committed token and the K drafts (Alg. 1 line 6).
 
-    With ``features`` (a FeatureDraftModel's buffer, :class:`LoopState`) the
+    With ``features`` (the buffer of a draft that reads them, :class:`LoopState`) the
     forward's hidden states are written into it at indices n .. n + K.
 
     Returns:
@@ -429,14 +400,14 @@ def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: j
     )
 
 
-def rollback(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel], target_cache, draft_cache,
+def rollback(st: Static, target: LanguageModel, draft_model: Optional[DraftModel], target_cache, draft_cache,
              old: LoopState, j: jax.Array) -> tuple[Any, Any]:
     """Moves the caches' length pointers back to the accepted prefix (never copies a cache).
 
     The target keeps the committed tokens but the last (n + j, where j
     counts the accepted drafts of a step that started at n); the draft keeps
-    what it has of that prefix (a FeatureDraftModel at most the first n).
-    Rows that emitted nothing (done) keep their old lengths.
+    what it has of that prefix, at most its ``draft_keep`` (a feature draft
+    the first n). Rows that emitted nothing (done) keep their old lengths.
 
     Returns:
       (target cache, draft cache).
@@ -446,15 +417,13 @@ def rollback(st: Static, target: LanguageModel, draft_model: Optional[LanguageMo
     target_cache = target.rewind(
         target_cache, jnp.where(active, keep, target.cache_lengths(old.target_cache)))
     if st.lookahead > 0:
-        # a feature draft's positions >= n were computed from its own features, not the target's
-        limit = old.n if isinstance(draft_model, FeatureDraftModel) else keep
-        draft_len = jnp.minimum(draft_model.cache_lengths(draft_cache), limit)
+        draft_len = jnp.minimum(draft_model.cache_lengths(draft_cache), draft_model.draft_keep(old.n, keep))
         draft_cache = draft_model.rewind(
             draft_cache, jnp.where(active, draft_len, draft_model.cache_lengths(old.draft_cache)))
     return target_cache, draft_cache
 
 
-def step(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel], inputs: Inputs,
+def step(st: Static, target: LanguageModel, draft_model: Optional[DraftModel], inputs: Inputs,
          state: LoopState) -> LoopState:
     """One step of the loop: draft → verify → accept → resample → commit → rollback."""
     k = st.lookahead
@@ -481,7 +450,7 @@ def step(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel]
                         nonfinite=state.nonfinite | (nonfinite & ~state.done))
 
 
-def initial_state(st: Static, target: LanguageModel, draft_model: Optional[LanguageModel], inputs: Inputs,
+def initial_state(st: Static, target: LanguageModel, draft_model: Optional[DraftModel], inputs: Inputs,
                   prompts: jax.Array, pad_id: int) -> LoopState:
     """Prefill: the prompts in the token buffer, every prompt token but the last
     in each cache (the last is fed by the first step), empty records."""
@@ -491,26 +460,21 @@ def initial_state(st: Static, target: LanguageModel, draft_model: Optional[Langu
     tokens = jnp.full((bsz, buf_len), pad_id, jnp.int32).at[:, :p_max].set(prompts)
     tokens = jnp.where(in_prompt, tokens, pad_id)
 
-    def prefill(model, params):
-        cache = model.init_cache(bsz, buf_len)
-        if p_max > 1:
-            _, cache = model.step(params, cache, tokens[:, : p_max - 1], inputs.start - 1)
-        return cache
-
+    prompt, num = tokens[:, : p_max - 1], inputs.start - 1
+    target_cache = target.init_cache(bsz, buf_len)
+    draft_cache = draft_model.init_cache(bsz, buf_len) if st.lookahead > 0 else None
     features = None
-    if st.lookahead > 0 and isinstance(draft_model, FeatureDraftModel):
-        target_cache = target.init_cache(bsz, buf_len)
-        features = jnp.zeros((bsz, buf_len, draft_model.feature_size), jnp.float32)
-        draft_cache = draft_model.init_cache(bsz, buf_len)
+    if st.lookahead > 0 and draft_model.uses_target_features:
+        # the target's hidden state of each position, shifted by one: what the draft reads there
+        features = jnp.zeros((bsz, buf_len, target.hidden_size), jnp.float32)
         if p_max > 1:
-            prompt = tokens[:, : p_max - 1]
-            _, hidden, target_cache = target.step_hidden(inputs.target_params, target_cache, prompt, inputs.start - 1)
+            _, hidden, target_cache = target.step_hidden(inputs.target_params, target_cache, prompt, num)
             features = features.at[:, 1:p_max].set(hidden.astype(features.dtype))
-            _, _, draft_cache = draft_model.step(inputs.draft_params, draft_cache, prompt, inputs.start - 1,
-                                                 features[:, : p_max - 1])
-    else:
-        target_cache = prefill(target, inputs.target_params)
-        draft_cache = prefill(draft_model, inputs.draft_params) if st.lookahead > 0 else None
+    elif p_max > 1:
+        _, target_cache = target.step(inputs.target_params, target_cache, prompt, num)
+    if st.lookahead > 0 and p_max > 1:
+        draft_cache = draft_model.draft_prefill(inputs.draft_params, draft_cache, prompt, num,
+                                                None if features is None else features[:, : p_max - 1])
 
     nan = jnp.full((bsz, buf_len), jnp.nan, jnp.float32)
     return LoopState(

@@ -129,8 +129,8 @@ def test_g_values_with_the_layer_axis_elsewhere_are_refused():
     """A [B, m, L] array passed as [B, L, m] is caught by the recorded m, also when m = L."""
     tokens = np.random.default_rng(3).integers(0, 9, size=(2, 6))
     sy = det.synthid_statistics(tokens, "k", 6, vocab_size=9, starts=0)  # L = m = 6
-    bayes = det.synthid.bayes_detector(det.BayesConfig("single", 6),
-                                       det.synthid.init_params(det.BayesConfig("single", 6), jax.random.key(0)))
+    bayes = det.bayes.bayes_detector(det.BayesConfig("single", 6),
+                                       det.bayes.init_params(det.BayesConfig("single", 6), jax.random.key(0)))
     det.score(bayes, sy)
     wrong = sy._replace(g_target=sy.g_target[:, :, :5], g_draft=sy.g_draft[:, :, :5])
     with pytest.raises(ValueError, match=r"\[B, L, m\]"):

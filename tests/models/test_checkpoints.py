@@ -164,7 +164,7 @@ def test_rope_parameters_of_transformers_v5_and_llama3_scaling():
     assert scaled[0] == base[0] and np.isclose(scaled[-1], base[-1] / 8.0)
 
 
-# ---- corrupt files name the file (issue 12) -------------------------------------------
+# ---- corrupt files name the file ----------------------------------------------------
 
 
 def test_corrupt_or_incomplete_files_raise_a_checkpoint_error_naming_the_file(tmp_path):
@@ -212,7 +212,7 @@ def test_unknown_config_fields_are_refused_by_name():
         config_from_hf(dict(base, mlp_bias=True))
 
 
-# ---- tokenizers, special tokens and EOS (issue 14) --------------------------------------
+# ---- tokenizers, special tokens and EOS -----------------------------------------------
 
 EOT_WORDS = WORDS[:-1] + ["<eot>"]  # id 39 is the end-of-turn token
 CHAT = "{% for m in messages %}{{ m['role'] }} {{ m['content'] }} <eot> {% endfor %}"

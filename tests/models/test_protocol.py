@@ -114,7 +114,7 @@ def test_bad_inputs_are_rejected(model):
         CFG.replace(num_kv_heads=3)
 
 
-# ---- bad inputs at the public boundary (issue 12) ---------------------------------------
+# ---- bad inputs at the public boundary ------------------------------------------------
 
 
 def test_eager_step_past_the_cache_capacity_raises(model):

@@ -48,7 +48,7 @@ TINY = {
                            rope_theta=10000.0, rms_norm_eps=1e-6),
 }
 
-# New families of issue 14 (the others are the paper's Llama-2 / Gemma-v1).
+# The families beyond the paper's Llama-2 / Gemma-v1.
 NEW_FAMILIES = ("llama3_tied", "qwen2_bias", "qwen3_qknorm", "mistral_sliding", "gemma2_softcap")
 
 _CLASSES = {

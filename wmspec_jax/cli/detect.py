@@ -198,7 +198,8 @@ def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
         else:
             chosen[flag] = defaults[flag] if value is None else value
     decoder = chosen["decoder"]
-    return decoder, (chosen["synthid_layers"] if decoder == "synthid" else 0), chosen["context_width"]
+    return decoder, decoders.WatermarkDecoder.from_name(decoder, chosen["synthid_layers"]).num_layers, \
+        chosen["context_width"]
 
 
 def _check_provenance(fv, record: dict, where: str, secret) -> None:
@@ -406,7 +407,7 @@ def _result(fv, detector, spec: DetectorSpec, score, n: int, log_p: float, windo
 
 def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     """Scores the texts of one (decoder, m, h, key derivation) group; fills ``item.result``."""
-    from wmspec_jax import detect
+    from wmspec_jax import decoders, detect
     from wmspec_jax.detect.provenance import Provenance
 
     decoder, m, h, derivation, draft_fraction = items[0].group
@@ -430,10 +431,8 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
         for row, it in enumerate(chunk):
             tokens[row, : len(it.ids)] = it.ids
         key = _stream_keys(secret, chunk)
-        if decoder == "gumbel":
-            stats = detect.gumbel_statistics(tokens, key, vocab_size=vocab, lengths=lengths, context_width=h)
-        else:
-            stats = detect.synthid_statistics(tokens, key, m, vocab_size=vocab, lengths=lengths, context_width=h)
+        stats = detect.statistics(decoders.WatermarkDecoder.from_name(decoder, max(m, 1)), tokens, key,
+                                  vocab_size=vocab, lengths=lengths, context_width=h)
         ids = [zlib.crc32(np.asarray(it.ids, np.int32).tobytes()) for it in chunk]
         rngs = detect.text_rngs(fv.seed, ids)
         per_detector = []

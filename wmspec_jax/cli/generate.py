@@ -65,7 +65,7 @@ from wmspec_jax.cli.texts import InputError, read_inputs
 
 PROG = "wmspec-generate"
 KEY_MODES = ("deployment", "per_text")
-MAX_INDEX = 2 ** 32  # text indices key the true randomness as uint32 (runs.text_rngs)
+MAX_INDEX = 2 ** 32  # text indices key the true randomness as uint32 (sampling.text_rngs)
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -130,7 +130,7 @@ def _config(fv, pair):
     method = speculative.METHODS[fv.method]
     k = fv.lookahead if (method.speculative or fv["lookahead"].present) else 0
     return speculative.SpeculativeConfig(
-        method=fv.method, decoder=decoders.WatermarkDecoder(fv.decoder, fv.synthid_layers), lookahead=k,
+        method=fv.method, decoder=decoders.WatermarkDecoder.from_name(fv.decoder, fv.synthid_layers), lookahead=k,
         max_new_tokens=fv.max_new_tokens, temperature=fv.temperature, top_k=fv.top_k or None,
         context_width=fv.context_width, eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id)
 
@@ -187,7 +187,7 @@ def _watermark_record(fv, config) -> dict:
 def _settings_record(fv, pair, secret, config) -> dict:
     """The settings every output line carries (a resumed run must keep them)."""
     return {"method": fv.method, "lookahead": config.lookahead, "decoder": fv.decoder,
-            "synthid_layers": fv.synthid_layers if fv.decoder == "synthid" else None,
+            "synthid_layers": config.decoder.num_layers or None,
             "context_width": fv.context_width, "temperature": fv.temperature, "top_k": fv.top_k or None,
             "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
             "tokenizer": fv.target, "seed": fv.seed,
@@ -230,8 +230,10 @@ def _check_sizes(fv, num_texts: int) -> None:
     if method.speculative and fv.lookahead > min(fv.max_new_tokens, speculative.MAX_LOOKAHEAD):
         raise InputError(f"--lookahead={fv.lookahead} exceeds --max_new_tokens={fv.max_new_tokens} or "
                          f"{speculative.MAX_LOOKAHEAD}: a step drafts K tokens one forward at a time")
-    if fv.decoder == "synthid" and fv.synthid_layers > decoders.MAX_SYNTHID_LAYERS:
-        raise InputError(f"--synthid_layers={fv.synthid_layers} exceeds {decoders.MAX_SYNTHID_LAYERS}")
+    try:
+        decoders.WatermarkDecoder.from_name(fv.decoder, fv.synthid_layers)
+    except ValueError:
+        raise InputError(f"--synthid_layers={fv.synthid_layers} exceeds {decoders.MAX_SYNTHID_LAYERS}") from None
     if fv.context_width > prf.MAX_CONTEXT_WIDTH:
         raise InputError(f"--context_width={fv.context_width} exceeds {prf.MAX_CONTEXT_WIDTH}")
     if fv.first_index + num_texts > MAX_INDEX:
@@ -271,7 +273,8 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
     import jax
 
     from wmspec_jax import speculative, storage
-    from wmspec_jax.lab import pairs, runs
+    from wmspec_jax import sampling
+    from wmspec_jax.lab import pairs
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     all_paths = list(fv.input) + list(paths)
@@ -325,7 +328,7 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
             padded = idx + [idx[-1]] * (fv.batch_size - len(idx))  # static shapes: one compilation
             rows = [i - fv.first_index for i in padded]
             out = speculative.generate(pair.target, pair.target_params, prompts[rows], lengths[rows],
-                                       _text_keys(fv, secret, padded, run), runs.text_rngs(fv.seed, run, padded),
+                                       _text_keys(fv, secret, padded, run), sampling.text_rngs(fv.seed, padded, run=run),
                                        config, draft=draft[0], draft_params=draft[1])
             jax.block_until_ready(out.tokens)
             recs = _records(fv, run, pair, texts, where, idx, range(len(idx)), out, secret, config)

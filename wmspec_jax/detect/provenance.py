@@ -25,8 +25,9 @@ from typing import Any, Mapping, Optional, Sequence
 import jax
 
 from wmspec_jax import prf
+from wmspec_jax.decoders import FAMILIES, WatermarkDecoder
 
-DECODERS = ("gumbel", "synthid")
+DECODERS = FAMILIES
 
 
 class ProvenanceMismatch(ValueError):
@@ -59,7 +60,7 @@ class Provenance:
         if self.decoder not in DECODERS:
             raise ValueError(f"provenance decoder must be one of {DECODERS}, got {self.decoder!r}")
         m = self.num_layers
-        if isinstance(m, bool) or not isinstance(m, int) or m < 0 or (m == 0) != (self.decoder == "gumbel"):
+        if isinstance(m, bool) or not isinstance(m, int) or m != self.watermark_decoder.num_layers:
             raise ValueError(f"num_layers must be 0 for Gumbel-max and >= 1 for SynthID, got {m!r} ({self.decoder})")
         prf.check_context_width(self.context_width)
 
@@ -74,8 +75,14 @@ class Provenance:
             raise ValueError(f"unknown provenance fields {sorted(unknown)}")
         return cls(**dict(d))
 
+    @property
+    def watermark_decoder(self) -> WatermarkDecoder:
+        """The decoder family's :class:`~wmspec_jax.decoders.WatermarkDecoder` with these m (a SynthID
+        m of 0 gives m = 1 here, and the check above refuses it)."""
+        return WatermarkDecoder.from_name(self.decoder, max(int(self.num_layers), 1))
+
     def describe(self) -> str:
-        dec = "Gumbel-max" if self.decoder == "gumbel" else f"SynthID(m={self.num_layers})"
+        dec = self.watermark_decoder.label
         key = self.key_fingerprint or "unknown key"
         return f"{dec}, h={self.context_width}, {self.prf_version}, key {key} ({self.key_derivation or 'unknown'})"
 

@@ -34,8 +34,8 @@ def _module(name: str):
 
 
 def _classes() -> dict:
-    g, s = _module("gumbel"), _module("synthid")
-    return {cls.kind: cls for cls in (g.SingleStream, g.ArsTau, g.ArsPrior, g.Oracle, g.Soft, s.MeanTest, s.Bayes)}
+    g, soft, s, b = _module("gumbel"), _module("soft"), _module("synthid"), _module("bayes")
+    return {cls.kind: cls for cls in (g.SingleStream, g.ArsTau, g.ArsPrior, g.Oracle, soft.Soft, s.MeanTest, b.Bayes)}
 
 
 def __getattr__(name: str):
@@ -167,10 +167,10 @@ def name_of(detector) -> str:
     plain = {"single": "single", "ars_tau": "ars-tau", "ars_prior": "ars-prior", "gumbel_oracle": "oracle"}
     if getattr(detector, "kind", None) in plain:  # without importing the SynthID module (Flax)
         return plain[detector.kind]
-    gumbel, synthid = _module("gumbel"), _module("synthid")
-    if isinstance(detector, synthid.Bayes):
+    soft, synthid, bayes = _module("soft"), _module("synthid"), _module("bayes")
+    if isinstance(detector, bayes.Bayes):
         return f"bayes-{detector.bayes_config.mode}"
-    if isinstance(detector, gumbel.Soft):
+    if isinstance(detector, soft.Soft):
         return "soft-oracle" if detector.oracle else "soft"
     if isinstance(detector, synthid.MeanTest):
         if detector.weighted:

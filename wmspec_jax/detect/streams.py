@@ -69,6 +69,11 @@ class GumbelStats(NamedTuple):
     lengths: jax.Array
     provenance: Optional[Provenance] = None
 
+    def excess(self) -> tuple:
+        """(draft, target) float64[B, L]: each stream's per-token evidence over its null mean,
+        −log(1 − y) − 1 (Exp(1) under the null)."""
+        return tuple(-np.log1p(-np.asarray(y, np.float64)) - 1.0 for y in (self.y_draft, self.y_target))
+
 
 class SynthIDStats(NamedTuple):
     """SynthID per-token statistics of a batch of texts.
@@ -87,6 +92,10 @@ class SynthIDStats(NamedTuple):
     starts: jax.Array
     lengths: jax.Array
     provenance: Optional[Provenance] = None
+
+    def excess(self) -> tuple:
+        """(draft, target) float64[B, L]: each stream's mean g-value over its null mean 1/2."""
+        return tuple(np.asarray(g, np.float64).mean(-1) - 0.5 for g in (self.g_draft, self.g_target))
 
 
 class Records(NamedTuple):
@@ -451,3 +460,16 @@ def concat_source(sources, length: int) -> np.ndarray:
         [np.pad(np.asarray(s, np.int8), [(0, 0), (0, length - np.shape(s)[1])], constant_values=SOURCE_NONE)
          for s in sources]
     )
+
+
+_BY_FAMILY = {
+    "gumbel": lambda tokens, keys, decoder, **kw: gumbel_statistics(tokens, keys, **kw),
+    "synthid": lambda tokens, keys, decoder, **kw: synthid_statistics(tokens, keys, decoder.num_layers, **kw),
+}
+
+
+def statistics(decoder, tokens, keys, **kwargs):
+    """The statistics detection scores texts of ``decoder`` (a
+    :class:`~wmspec_jax.decoders.WatermarkDecoder`) with: its family's (:func:`gumbel_statistics`, or
+    :func:`synthid_statistics` with m = ``decoder.num_layers``); ``kwargs`` as theirs."""
+    return _BY_FAMILY[decoder.family](tokens, keys, decoder, **kwargs)

@@ -47,7 +47,7 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from wmspec_jax import detect, storage
+from wmspec_jax import detect
 from wmspec_jax.detect import metrics
 
 ALPHA = 0.01

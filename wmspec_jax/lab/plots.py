@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from wmspec_jax import storage
+from wmspec_jax.decoders import WatermarkDecoder
 from wmspec_jax.lab.settings import GUMBEL, SYNTHID
 
 
@@ -35,7 +36,7 @@ def plot_aatps(rows: Sequence[dict], path: str) -> None:
             errs.append(r["aatps_ci"])
         ax.bar(np.arange(len(groups)) + (j - 0.5) * width, vals, width, yerr=errs, capsize=3, label=m)
     ax.set_xticks(np.arange(len(groups)))
-    ax.set_xticklabels([f"{'Gumbel' if d == GUMBEL else 'SynthID'}\nK={k}" for d, k in groups])
+    ax.set_xticklabels([f"{WatermarkDecoder.from_name(d).family_label.split('-')[0]}\nK={k}" for d, k in groups])
     ax.set_ylabel("AATPS")
     ax.set_ylim(1, None)
     ax.legend(frameon=False)
@@ -55,7 +56,7 @@ def plot_detection(out: dict, tpr_path: str, roc_path: str) -> None:
             v = [e["value"] for e in curve]
             ax.plot(res["lengths"], v, marker="o", ms=3, label=name)
             ax.fill_between(res["lengths"], [e["lower"] for e in curve], [e["upper"] for e in curve], alpha=0.15)
-        title = "Gumbel-max" if dec == GUMBEL else f"SynthID (m={res['num_layers']})"
+        title = WatermarkDecoder.from_name(dec, res.get("num_layers") or 30).label
         ax.set_title(f"{title}, T={res['temperature']:g}: TPR at 1% FPR")
         ax.set_xlabel("tokens")
         ax.set_ylim(-0.02, 1.02)
@@ -72,7 +73,7 @@ def plot_detection(out: dict, tpr_path: str, roc_path: str) -> None:
         ax.plot([0, 1], [0, 1], color="gray", lw=0.5, ls=":")
         ax.set_xscale("symlog", linthresh=0.01)
         ax.set_xlim(0, 1)
-        title = "Gumbel-max" if dec == GUMBEL else "SynthID"
+        title = WatermarkDecoder.from_name(dec).family_label
         ax.set_title(f"{title}: ROC at {res['roc_length']} tokens")
         ax.set_xlabel("FPR")
         ax.set_ylabel("TPR")

@@ -54,6 +54,7 @@ import jax
 import numpy as np
 
 from wmspec_jax import detect, prf, storage
+from wmspec_jax.decoders import WatermarkDecoder
 from wmspec_jax.lab import evaluation, runs
 from wmspec_jax.lab import edits as edits_lib
 from wmspec_jax.detect import metrics
@@ -163,13 +164,11 @@ def edit_texts(texts: dict, kind: str, rate: float, *, seed: Sequence[int], widt
 
 
 def _statistics(decoder: str, texts: dict, vocab_size: int, num_layers: int):
-    kw = dict(vocab_size=vocab_size, lengths=texts["lengths"], starts=texts["starts"])
-    if decoder == GUMBEL:
-        return detect.gumbel_statistics(texts["tokens"], texts["keys"], **kw)
-    return detect.synthid_statistics(texts["tokens"], texts["keys"], num_layers, **kw)
+    return detect.statistics(WatermarkDecoder.from_name(decoder, num_layers), texts["tokens"], texts["keys"],
+                             vocab_size=vocab_size, lengths=texts["lengths"], starts=texts["starts"])
 
 
-def stream_evidence(decoder: str, stats, intact) -> dict:
+def stream_evidence(stats, intact) -> dict:
     """Per-text evidence of each stream (module doc), averaged over texts with a t interval.
 
     Returns:
@@ -177,13 +176,7 @@ def stream_evidence(decoder: str, stats, intact) -> dict:
     """
     mask = np.asarray(stats.mask)
     u = np.asarray(stats.u, np.float64)
-    if decoder == GUMBEL:
-        ed = -np.log1p(-np.asarray(stats.y_draft, np.float64))
-        et = -np.log1p(-np.asarray(stats.y_target, np.float64))
-        draft, target = ed - 1.0, et - 1.0
-    else:
-        draft = np.asarray(stats.g_draft, np.float64).mean(-1) - 0.5
-        target = np.asarray(stats.g_target, np.float64).mean(-1) - 0.5
+    draft, target = stats.excess()
     align = (draft - target) * np.sign(0.5 - u)
     n = mask.sum(1)
     ok = n > 0
@@ -233,13 +226,13 @@ def score_cell(decoder: str, detectors: dict, sets: dict, negatives: dict, *, vo
             res["auc"][label] = _estimate(metrics.bootstrap_auc(pos_d, neg_d, jax.random.fold_in(key, 1),
                                                                 num_resamples=num_auc_resamples))
             res["flags"][label] = flagged.astype(int).tolist()
-        res["evidence"] = stream_evidence(decoder, stats, texts["intact"])
+        res["evidence"] = stream_evidence(stats, texts["intact"])
         res["orderings"] = {}
         for better, worse in ORDERINGS[decoder]:
             cmp = metrics.paired_comparison(np.asarray(res["flags"][better], bool), np.asarray(res["flags"][worse], bool))
             res["orderings"][f"{better} vs {worse}"] = cmp._asdict()
         out["sets"][set_name] = res
-    out["negatives_evidence"] = stream_evidence(decoder, neg_stats, negatives["intact"])
+    out["negatives_evidence"] = stream_evidence(neg_stats, negatives["intact"])
     return out
 
 
@@ -288,8 +281,9 @@ def run_robustness(session: Session, rs: RobustnessSettings = RobustnessSettings
         _, basic_test = evaluation.split_train_test(session.records(brun, s.num_detection_texts, s.detection_rows),
                                                     s.num_detection_train)
         sets = {"alg1": t["pte"], "basic": _texts_of(session, brun, basic_test)}
-        provenance = detect.streams.statistics_provenance(t["ptr"]["keys"], dec, s.synthid_layers if dec == SYNTHID
-                                                          else 0, prf.DEFAULT_CONTEXT_WIDTH)
+        provenance = detect.streams.statistics_provenance(
+            t["ptr"]["keys"], dec, WatermarkDecoder.from_name(dec, s.synthid_layers).num_layers,
+            prf.DEFAULT_CONTEXT_WIDTH)
         detectors = evaluation.load_set(dec, detector_dir, provenance, EXTRA[dec])
         summary["decoders"][dec] = {"runs": {"alg1": pos_run.name, "basic": brun.name, "negatives": neg_run.name},
                                     "detectors": list(detectors), "calibrated": [k for k, d in detectors.items()
@@ -405,7 +399,7 @@ def robustness_markdown(summary: dict) -> str:
         labels = info["detectors"]
         basic = BASIC_DETECTOR[dec]
         head = "| edit | rate | " + " | ".join(labels) + f" | basic wm: {basic} |"
-        lines = [f"**{'Gumbel-max' if dec == GUMBEL else 'SynthID'}**: TPR at 1% FPR (Alg. 1 texts unless noted)", "",
+        lines = [f"**{WatermarkDecoder.from_name(dec).family_label}**: TPR at 1% FPR (Alg. 1 texts unless noted)", "",
                  head, "|---" * (len(labels) + 3) + "|"]
         for kind in rs["edits"]:
             for rate in rs["rates"]:
@@ -445,7 +439,7 @@ def plot_robustness(summary: dict, path: str) -> None:
             est = np.asarray([c["basic"]["tpr"][basic] for c in cells])
             ax.plot(rates, est[:, 0], ls="--", color="k", lw=1, label=f"basic watermark: {basic}")
             ax.set_ylim(-0.02, 1.02)
-            ax.set_title(f"{'Gumbel-max' if dec == 'gumbel' else 'SynthID'}: {_EDIT_TITLES.get(kind, kind)}",
+            ax.set_title(f"{WatermarkDecoder.from_name(dec).family_label}: {_EDIT_TITLES.get(kind, kind)}",
                          fontsize=8)
             if i == len(decs) - 1:
                 ax.set_xlabel("human tokens (%)" if kind == "mix" else "edit rate (%)", fontsize=8)
@@ -480,7 +474,7 @@ def plot_streams(summary: dict, path: str) -> None:
             ax.plot(rates, [e["intact_fraction"][0] for e in ev], ls="--", color="gray", lw=1,
                     label="tokens in original context")
             ax.axhline(0, color="k", lw=0.4)
-            ax.set_title(f"{'Gumbel-max' if dec == 'gumbel' else 'SynthID'}: {_EDIT_TITLES.get(kind, kind)}",
+            ax.set_title(f"{WatermarkDecoder.from_name(dec).family_label}: {_EDIT_TITLES.get(kind, kind)}",
                          fontsize=8)
             if i == len(decs) - 1:
                 ax.set_xlabel("human tokens (%)" if kind == "mix" else "edit rate (%)", fontsize=8)

@@ -43,14 +43,13 @@ import glob
 import os
 import time
 import warnings
-import zlib
 from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, keys, prf, sharding, speculative, storage
+from wmspec_jax import decoders, keys, prf, sampling, sharding, speculative, storage
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.storage import JsonlStore, Progress
 
@@ -87,8 +86,7 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        dec = "gumbel" if self.decoder == decoders.GUMBEL else f"synthid{self.num_layers}"
-        return f"{self.method}-{dec}-K{self.lookahead}-T{self.temperature:g}"
+        return f"{self.method}-{self.watermark_decoder.run_tag}-K{self.lookahead}-T{self.temperature:g}"
 
     @property
     def watermark_decoder(self) -> decoders.WatermarkDecoder:
@@ -105,12 +103,6 @@ class RunSpec:
 def text_keys(secret, indices: Sequence[int], run: str = "") -> keys.StreamKeys:
     """Per-text stream keys of texts ``indices`` of run ``run``: :func:`wmspec_jax.keys.text_keys`."""
     return keys.text_keys(secret, indices, run=run)
-
-
-def text_rngs(seed: int, run_name: str, indices: Sequence[int]) -> jax.Array:
-    """Per-text ``jax.random`` keys [B] for the true randomness (module doc)."""
-    base = jax.random.fold_in(jax.random.key(seed), zlib.crc32(run_name.encode()) & 0x7FFFFFFF)
-    return jax.vmap(lambda i: jax.random.fold_in(base, i))(jnp.asarray(indices, jnp.uint32))
 
 
 @functools.partial(jax.jit, static_argnames=("target",))
@@ -218,7 +210,7 @@ def generate_run(
             idx = todo[start : start + batch_size]
             padded = idx + [idx[-1]] * (batch_size - len(idx))
             batch = (prompts[padded], prompt_lengths[padded], keys.text_keys(secret, padded, run=run.name),
-                     text_rngs(seed, run.name, padded))
+                     sampling.text_rngs(seed, padded, run=run.name))
             if mesh is not None:
                 batch = sharding.shard_batch(batch, mesh)
             args = (pair.target, pair.target_params, *batch, config)

@@ -143,7 +143,8 @@ class Settings:
         return out
 
     def temperature(self, decoder: str) -> float:
-        return self.gumbel_temperature if decoder == GUMBEL else self.synthid_temperature
+        """The sampling temperature of the runs of a decoder family (the paper: 0.5 and 0.7)."""
+        return {GUMBEL: self.gumbel_temperature, SYNTHID: self.synthid_temperature}[decoder]
 
     @property
     def detection_rows(self) -> int:

@@ -29,7 +29,7 @@ def speed_runs(s: Settings) -> list:
 
 
 def method_label(run: runs.RunSpec) -> str:
-    dec = "Gumbel-max" if run.decoder == GUMBEL else f"SynthID(m={run.num_layers})"
+    dec = run.watermark_decoder.label
     return {"basic": f"basic {dec}", "standard": "Std. SpecSampl",
             "pseudorandom": f"Alg. 1 {dec}"}.get(run.method, f"{run.method} {dec}")
 

@@ -50,10 +50,6 @@ synthid = _decoders.synthid_decoder
 synthid_limit = _decoders.synthid_limit_decoder
 
 
-def _num_words(num_layers: int) -> int:
-    return -(-num_layers // 32)
-
-
 def run_keys(seed) -> np.ndarray:
     """Stream key words uint32[3, 2] (DRAFT, TARGET, ACCEPT) of a Monte Carlo run.
 
@@ -84,19 +80,7 @@ def draw(decoder: WatermarkDecoder, stream_key: jax.Array, index: jax.Array, voc
       SynthID kinds: uint32[n, V, W] packed g-values, bit (l mod 32) of word l // 32 is
       g_{l, w}; W = ceil(m / 32) (the layout of :func:`wmspec_jax.prf.token_gbits`).
     """
-    s = seeds(stream_key, index)
-    if decoder.kind == GUMBEL:
-        return prf.vocab_uniforms(s, vocab_size)
-    tokens = jnp.arange(vocab_size, dtype=jnp.uint32)
-    words = [prf.hash_values(s[:, None, :], tokens, int(prf.Lane.GBITS) + b) for b in range(_num_words(decoder.num_layers))]
-    return jnp.stack(words, axis=-1)
-
-
-def _tournament(probs: jax.Array, words: jax.Array, num_layers: int) -> jax.Array:
-    """T_{g_m} ∘ ... ∘ T_{g_1}(P), Eq. (3), on packed g-values uint32[n, V, W]
-    (probs float[..., V] broadcast against the samples)."""
-    p = jnp.broadcast_to(jnp.asarray(probs, jnp.float32), words.shape[:-1])
-    return _decoders.tournament_packed(p, words, num_layers)
+    return decoder.vocab_zeta(seeds(stream_key, index), vocab_size)
 
 
 def unpack_gvalues(words: jax.Array, num_layers: int) -> jax.Array:
@@ -115,11 +99,7 @@ def decode(decoder: WatermarkDecoder, probs: jax.Array, zeta: jax.Array) -> jax.
       probs: float[V] (or float[n, V]) a distribution; zero entries stay zero.
       zeta: a batch from :func:`draw`.
     """
-    p = jnp.asarray(probs, jnp.float32)
-    if decoder.kind == SYNTHID:
-        return _tournament(p, zeta, decoder.num_layers)
-    v = p.shape[-1]
-    return jax.nn.one_hot(token(decoder, p, zeta), v, dtype=jnp.float32)
+    return decoder.apply(probs, zeta)
 
 
 def token(decoder: WatermarkDecoder, probs: jax.Array, zeta: jax.Array) -> jax.Array:
@@ -128,12 +108,7 @@ def token(decoder: WatermarkDecoder, probs: jax.Array, zeta: jax.Array) -> jax.A
     Raises:
       ValueError: for finite-m SynthID (not degenerate).
     """
-    p = jnp.asarray(probs, jnp.float32)
-    if decoder.kind == GUMBEL:
-        return _decoders.gumbel_max_token(jnp.log(p), zeta)
-    if decoder.kind == SYNTHID_LIMIT:
-        return _decoders.first_argmax(_tournament(p, zeta, decoder.num_layers))
-    raise ValueError(f"{decoder.label} is not degenerate; it has no single output token")
+    return decoder.point(probs, zeta)
 
 
 __all__ = [
