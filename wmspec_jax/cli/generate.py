@@ -16,9 +16,11 @@ method (``--method``: ``pseudorandom`` = Alg. 1, ``basic``, ``dathathri``,
 temperature, top-k and K are flags; the pair is ``builtin`` (SmolLM2-135M +
 its distilled draft, no download) or local Hugging Face checkpoints.
 
-Each output line is one text: ``id``, ``run``, ``index``, ``prompt``,
-``text``, the generated token ids (the end-of-turn token included), why it
-stopped, whether it carries a watermark (``watermarked``; false for
+Each output line is one text: ``id``, ``run``, the fields of
+:class:`wmspec_jax.batching.GeneratedText` (``index``, the generated token ids
+with the end-of-turn token, each token's source, steps, AATPS, LOGPPL,
+watermarked tokens, why it stopped; the experiments' records hold the same),
+``prompt``, ``text``, whether it carries a watermark (``watermarked``; false for
 ``plain`` / ``standard`` and at temperature 0, with the reason), and every
 setting detection needs (decoder, m, h, method, temperature, model,
 tokenizer, the key's fingerprint — never the key — its derivation and the
@@ -55,7 +57,6 @@ import sys
 import time
 from typing import Optional, Sequence
 
-import numpy as np
 from absl import flags
 
 from wmspec_jax import keys
@@ -196,24 +197,13 @@ def _settings_record(fv, pair, secret, config) -> dict:
             **_watermark_record(fv, config)}
 
 
-def _records(fv, run, pair, prompts, where, idx, rows, out, secret, config) -> list:
-    from wmspec_jax import sources
-
-    tokens, plen, length = (np.asarray(x) for x in (out.tokens, out.prompt_lengths, out.lengths))
-    source, steps = np.asarray(out.source), np.asarray(out.num_steps)
-    recs = []
-    for row, i in zip(rows, idx):
-        p, e = int(plen[row]), int(length[row])
-        gen = tokens[row, p:e].tolist()
-        src = source[row, p:e]
-        stopped = "eos" if gen and gen[-1] in config.stop_ids else "length"
-        rec = {"id": f"{run}/{i}", "run": run, "index": int(i), "input": where[i - fv.first_index],
-               "prompt": prompts[i - fv.first_index], "text": pair.decode(gen), "tokens": gen,
-               "num_tokens": len(gen), "stopped": stopped, **_settings_record(fv, pair, secret, config),
-               "aatps": len(gen) / max(int(steps[row]), 1),
-               "draft_fraction": float(np.mean(src == sources.SOURCE_DRAFT)) if len(gen) else 0.0}
-        recs.append(rec)
-    return recs
+def _records(fv, run, pair, prompts, where, texts, secret, config) -> list:
+    """Output lines: each text's :class:`wmspec_jax.batching.GeneratedText` fields, its prompt, the
+    decoded text and the settings."""
+    return [{"id": f"{run}/{t.index}", "run": run, **t.record(), "input": where[t.index - fv.first_index],
+             "prompt": prompts[t.index - fv.first_index], "text": pair.decode(list(t.tokens)),
+             "num_tokens": len(t.tokens), **_settings_record(fv, pair, secret, config),
+             "draft_fraction": t.draft_fraction} for t in texts]
 
 
 def _check_sizes(fv, num_texts: int) -> None:
@@ -270,10 +260,7 @@ def _report_repeated_prompts(fv, texts: Sequence[str], where: Sequence[str], std
 
 def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     """Runs the tool on parsed flags; returns the number of texts generated now."""
-    import jax
-
-    from wmspec_jax import speculative, storage
-    from wmspec_jax import sampling
+    from wmspec_jax import batching, sampling, storage
     from wmspec_jax.lab import pairs
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
@@ -321,23 +308,21 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
         if done:
             print(f"{PROG}: resuming run {run}: {len(indices) - len(todo)} of {len(indices)} texts already in "
                   f"{fv.output}", file=stderr)
-        draft = (pair.draft, pair.draft_params) if config.spec.speculative else (None, None)
         progress = storage.Progress(len(todo), PROG, stream=stderr)
-        for start in range(0, len(todo), fv.batch_size):
-            idx = todo[start:start + fv.batch_size]
-            padded = idx + [idx[-1]] * (fv.batch_size - len(idx))  # static shapes: one compilation
-            rows = [i - fv.first_index for i in padded]
-            out = speculative.generate(pair.target, pair.target_params, prompts[rows], lengths[rows],
-                                       _text_keys(fv, secret, padded, run), sampling.text_rngs(fv.seed, padded, run=run),
-                                       config, draft=draft[0], draft_params=draft[1])
-            jax.block_until_ready(out.tokens)
-            recs = _records(fv, run, pair, texts, where, idx, range(len(idx)), out, secret, config)
+        rows = [i - fv.first_index for i in todo]
+        batches = batching.generate_in_batches(
+            pair.target, pair.target_params, prompts[rows], lengths[rows], todo, config,
+            stream_keys=lambda idx: _text_keys(fv, secret, idx, run),
+            rngs=lambda idx: sampling.text_rngs(fv.seed, idx, run=run), batch_size=fv.batch_size,
+            draft=pair.draft, draft_params=pair.draft_params)
+        for batch in batches:
+            recs = _records(fv, run, pair, texts, where, batch.texts, secret, config)
             if store is not None:
                 store.add(recs)
             else:
                 stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
                 stdout.flush()
-            progress.update(len(idx))
+            progress.update(len(recs))
         return len(todo)
     finally:
         if lock is not None:

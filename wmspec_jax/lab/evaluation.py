@@ -47,7 +47,7 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from wmspec_jax import detect
+from wmspec_jax import batching, detect
 from wmspec_jax.detect import metrics
 
 ALPHA = 0.01
@@ -82,11 +82,12 @@ def speculative_row(name: str, records: Sequence[dict]) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def texts_from_records(records: Sequence[dict], prompts: np.ndarray, keys):
+def texts_from_records(records: Sequence, prompts: np.ndarray, keys):
     """Rebuilds prompt + generated rows for detection.
 
     Args:
-      records: run records (:func:`wmspec_jax.lab.runs.generate_run`).
+      records: the texts (:class:`wmspec_jax.batching.GeneratedText`) or their
+        saved records (:func:`wmspec_jax.lab.runs.generate_run`).
       prompts: int32[N, P] the experiment's packed prompts.
       keys: :class:`wmspec_jax.keys.StreamKeys` of the records' texts, in
         the records' order (the keys detection scores them with).
@@ -97,20 +98,25 @@ def texts_from_records(records: Sequence[dict], prompts: np.ndarray, keys):
       ``source`` int8[N, L] (−1 outside generated tokens), ``keys``,
       ``indices`` int[N].
     """
-    n = len(records)
+    texts = [r if isinstance(r, batching.GeneratedText) else batching.GeneratedText.from_record(r) for r in records]
+    return _detection_rows([(t.index, t.prompt_length, t.tokens, t.source) for t in texts], prompts, keys)
+
+
+def _detection_rows(rows: Sequence[tuple], prompts: np.ndarray, keys) -> dict:
+    """The :func:`texts_from_records` dict of (index, prompt length, tokens, source) rows."""
+    n = len(rows)
     if len(keys) != n:
         raise ValueError(f"{len(keys)} keys for {n} records")
-    width = max(r["prompt_length"] + len(r["tokens"]) for r in records)
+    width = max(p + len(gen) for _, p, gen, _ in rows)
     tokens = np.zeros((n, width), np.int32)
     source = np.full((n, width), -1, np.int8)
     lengths, starts = np.zeros(n, np.int32), np.zeros(n, np.int32)
-    for row, r in enumerate(records):
-        p, gen = r["prompt_length"], r["tokens"]
-        tokens[row, :p] = prompts[r["index"], :p]
+    for row, (index, p, gen, src) in enumerate(rows):
+        tokens[row, :p] = prompts[index, :p]
         tokens[row, p : p + len(gen)] = gen
-        source[row, p : p + len(gen)] = r["source"]
+        source[row, p : p + len(gen)] = src
         lengths[row], starts[row] = p + len(gen), p
-    indices = np.array([r["index"] for r in records])
+    indices = np.array([index for index, _, _, _ in rows])
     return {"tokens": tokens, "lengths": lengths, "starts": starts, "source": source, "keys": keys,
             "indices": indices}
 
@@ -126,10 +132,9 @@ def texts_from_human(prompts: np.ndarray, prompt_lengths: np.ndarray, human_ids:
       keys: their StreamKeys; ``draft_fraction``, ``rng``: the random
         sources given to the Oracle detectors (no records exist).
     """
-    indices = [int(i) for i in indices]
-    recs = [{"index": i, "prompt_length": int(prompt_lengths[i]), "tokens": list(human_ids[i]),
-             "source": [0] * len(human_ids[i])} for i in indices]
-    texts = texts_from_records(recs, prompts, keys)
+    rows = [(int(i), int(prompt_lengths[int(i)]), list(human_ids[int(i)]), [0] * len(human_ids[int(i)]))
+            for i in indices]
+    texts = _detection_rows(rows, prompts, keys)
     generated = texts["source"] >= 0
     texts["source"] = np.asarray(detect.pseudo_source(generated, draft_fraction, rng))
     return texts

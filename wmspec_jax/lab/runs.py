@@ -2,7 +2,8 @@
 
 A *run* is one generation setting (:class:`RunSpec`: method, decoder,
 lookahead K, temperature) applied to a prompt list. :func:`generate_run`
-generates it batch by batch and appends one JSON record per text to a
+generates it through :func:`wmspec_jax.batching.generate_in_batches` (the
+loop ``wmspec-generate`` uses too) and appends one JSON record per text to a
 :class:`~wmspec_jax.storage.JsonlStore`; an interrupted run resumes where it
 stopped, and a text's tokens do not depend on which batch it landed in:
 
@@ -12,7 +13,8 @@ stopped, and a text's tokens do not depend on which batch it landed in:
   one prompt are independent draws (Alg. 1 is deterministic given key and
   context, so a shared key would make the K = 2, 3, 4 rows largely the same
   texts). Neither the secret nor the keys are stored;
-* each text's true randomness is ``fold_in(fold_in(key(seed), run), i)``;
+* each text's true randomness is :func:`wmspec_jax.sampling.text_rngs`
+  ``(seed, [i], run=run.name)``;
 * the last partial batch is padded to the batch size (static shapes: no
   recompilation) and the padding rows are dropped.
 
@@ -25,14 +27,12 @@ decisions, but each writes only the rows its devices hold, to its own file
 ``generations.<process_index>.jsonl`` (:func:`open_generations`);
 :func:`merge_generations` appends them to ``generations.jsonl`` at the end.
 
-Records hold what Tables 1-2 and Fig. 2 need: the generated ids, their
-sources (draft / residual / target), steps, tokens per step (AATPS), the
-log-perplexity of the text under the target at temperature 1 (LOGPPL, read
-off the generation loop's own target forwards:
-:meth:`wmspec_jax.speculative.GenerationResult.log_perplexity`; before issue
-15 a second full forward per batch computed it, :func:`log_perplexity`, which
-stays as the reference), and the wall time of the batch (PTT), measured after
-compiling ahead of time (:func:`wmspec_jax.speculative.precompile`).
+Records are :class:`wmspec_jax.batching.GeneratedText` fields (generated ids,
+their sources, steps, AATPS, LOGPPL read off the loop's own target forwards,
+watermarked tokens, why the text stopped) plus the run's ``id`` and ``run``
+and the batch's wall time (PTT), measured after compiling ahead of time.
+:func:`log_perplexity` computes LOGPPL with a separate forward pass: the
+reference the loop's value is tested against.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ import dataclasses
 import functools
 import glob
 import os
-import time
 import warnings
 from typing import Optional, Sequence
 
@@ -49,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, keys, prf, sampling, sharding, speculative, storage
+from wmspec_jax import batching, decoders, keys, prf, sampling, sharding, speculative, storage
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.storage import JsonlStore, Progress
 
@@ -186,76 +185,34 @@ def generate_run(
         str) and true-randomness seed (module doc).
       max_new_tokens, batch_size, eos_id, top_k: generation settings.
 
-    Each record: ``id, run, index, prompt_length, tokens`` (generated ids),
-    ``source`` (int per token), ``num_steps, aatps, logppl``,
-    ``watermarked_tokens`` (how many tokens carry a watermark: 0 for the
-    unwatermarked methods and at temperature 0), and the batch's ``batch``
-    (first index), ``batch_seconds``, ``batch_tokens`` (all rows, padding
-    included: the work done), ``batch_rows``.
+    Each record: ``id, run``, the fields of
+    :class:`wmspec_jax.batching.GeneratedText` (``index, prompt_length,
+    tokens, source, num_steps, aatps, logppl, watermarked_tokens, stopped``)
+    and the batch's ``batch`` (first index), ``batch_seconds``,
+    ``batch_tokens`` (all rows, padding included: the work done),
+    ``batch_rows``.
     """
     prompts = np.asarray(prompts, np.int32)
     prompt_lengths = np.asarray(prompt_lengths, np.int32)
     n = prompts.shape[0]
-    mesh = getattr(pair, "mesh", None)
-    if mesh is not None and batch_size % mesh.shape[sharding.DATA]:
-        raise ValueError(f"batch_size={batch_size} must be a multiple of the mesh's data axis "
-                         f"({mesh.shape[sharding.DATA]}): each device holds the same number of rows")
     todo = pending_indices(store, run, n)
     if todo:
         config = run.config(max_new_tokens, eos_id=eos_id, pad_id=pair.pad_id, top_k=top_k)
-        draft = (pair.draft, pair.draft_params) if config.spec.speculative else (None, None)
         progress = Progress(len(todo), run.name)
-        compiled = False
-        for start in range(0, len(todo), batch_size):
-            idx = todo[start : start + batch_size]
-            padded = idx + [idx[-1]] * (batch_size - len(idx))
-            batch = (prompts[padded], prompt_lengths[padded], keys.text_keys(secret, padded, run=run.name),
-                     sampling.text_rngs(seed, padded, run=run.name))
-            if mesh is not None:
-                batch = sharding.shard_batch(batch, mesh)
-            args = (pair.target, pair.target_params, *batch, config)
-            if not compiled:
-                t0 = time.perf_counter()
-                speculative.precompile(*args, draft=draft[0], draft_params=draft[1])
-                log(f"{run.name}: compiled in {time.perf_counter() - t0:.1f}s")
-                compiled = True
-            t0 = time.perf_counter()
-            res = speculative.generate(*args, draft=draft[0], draft_params=draft[1])
-            jax.block_until_ready(res.tokens)
-            seconds = time.perf_counter() - t0
-            tokens, source, plen, length, steps, logprob, marked = (_host(x) for x in (
-                res.tokens, res.source, res.prompt_lengths, res.lengths, res.num_steps, res.target_logprob,
-                res.watermarked))
-            ppl = res._replace(target_logprob=logprob, prompt_lengths=plen, lengths=length).log_perplexity()
-            new_tokens = int(np.sum(length - plen))
-            own_rows = set(sharding.local_rows(res.lengths)[0].tolist())
-            records, own = [], []
-            for row, i in enumerate(idx):
-                p, e = int(plen[row]), int(length[row])
-                records.append({
-                    "id": record_id(run, i), "run": run.name, "index": int(i), "prompt_length": p,
-                    "tokens": tokens[row, p:e].tolist(), "source": source[row, p:e].tolist(),
-                    "num_steps": int(steps[row]), "aatps": (e - p) / max(int(steps[row]), 1),
-                    "logppl": float(ppl[row]), "batch_seconds": seconds, "batch_tokens": new_tokens,
-                    "batch": int(idx[0]), "batch_rows": len(padded),
-                    # tokens drawn from a watermark stream from a distribution that was not one-hot
-                    # (0 for unwatermarked methods and at temperature 0)
-                    "watermarked_tokens": int(np.sum(marked[row, p:e])),
-                })
-                own.append(row in own_rows)
-            store.add([r for r, mine in zip(records, own) if mine])
-            store.note([r for r, mine in zip(records, own) if not mine])
-            progress.update(len(idx))
+        batches = batching.generate_in_batches(
+            pair.target, pair.target_params, prompts[todo], prompt_lengths[todo], todo, config,
+            stream_keys=lambda idx: keys.text_keys(secret, idx, run=run.name),
+            rngs=lambda idx: sampling.text_rngs(seed, idx, run=run.name), batch_size=batch_size,
+            draft=pair.draft, draft_params=pair.draft_params, mesh=getattr(pair, "mesh", None),
+            on_compiled=lambda seconds: log(f"{run.name}: compiled in {seconds:.1f}s"))
+        for batch in batches:
+            records = [{"id": record_id(run, text.index), "run": run.name, **text.record(),
+                        "batch_seconds": batch.seconds, "batch_tokens": batch.new_tokens,
+                        "batch": batch.texts[0].index, "batch_rows": batch.rows} for text in batch.texts]
+            store.add([r for r, mine in zip(records, batch.local) if mine])
+            store.note([r for r, mine in zip(records, batch.local) if not mine])
+            progress.update(len(records))
     return [store.records[record_id(run, i)] for i in range(n)]
-
-
-def _host(x: jax.Array) -> np.ndarray:
-    """The whole of a (possibly multi-process) array on this host."""
-    if getattr(x, "is_fully_addressable", True):
-        return np.asarray(x)
-    from jax.experimental import multihost_utils
-
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 GENERATIONS = "generations.jsonl"
