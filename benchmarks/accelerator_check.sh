@@ -59,12 +59,12 @@ part() {  # part NAME COMMAND...: runs one part under the timeout, logs it, reco
 
 part device "$PY" -c 'import jax, json; d = jax.devices()[0]; print(json.dumps({"backend": jax.default_backend(), "device_kind": d.device_kind, "devices": len(jax.devices()), "jax": jax.__version__}))'
 if command -v nvidia-smi > /dev/null; then nvidia-smi > "$OUT_DIR/nvidia-smi.log" 2>&1; fi
-part paper_scale "$PY" benchmarks/bench_paper_scale.py ${CHECK_PAPER_RUNS:---preset=table} --reduce="$REDUCE" \
+part paper_scale "$PY" -m benchmarks.bench_paper_scale ${CHECK_PAPER_RUNS:---preset=table} --reduce="$REDUCE" \
   --repeats="$REPEATS" --max_new_tokens="$NEW_TOKENS" --output="$OUT_DIR/paper_scale.json"
 part decode_step "$PY" -m benchmarks.bench_decode_step --model="$DECODE_MODEL" --layers="$LAYERS" \
   --dtype=bfloat16 --capacities=256,4096 --repeats="$REPEATS" --output="$OUT_DIR/decode_step.json" \
   ${CHECK_DECODE_FLAGS:-}
-part memory_7b "$PY" benchmarks/bench_sharding.py --parts=memory,gpu --json="$OUT_DIR/memory_7b.json"
+part memory_7b "$PY" -m benchmarks.bench_sharding --parts=memory,gpu --json="$OUT_DIR/memory_7b.json"
 part batch_invariance "$PY" -m benchmarks.batch_invariance --max_new_tokens="$((NEW_TOKENS < 32 ? NEW_TOKENS : 32))" \
   --output="$OUT_DIR/batch_invariance.json" ${CHECK_INVARIANCE_FLAGS:-}
 if [ "${CHECK_TESTS:-}" != none ]; then

@@ -405,11 +405,12 @@ def test_speculative_script_killed_mid_run_loses_nothing(tmp_path):
 
 def test_reproduce_script_runs_and_resumes(tmp_path):
     out = tmp_path / "quick"
+    # SMALL's sizes with K = 2 only: the script reuses the programs the pipeline fixture compiled
     cmd = [sys.executable, "-m", "experiments.reproduce", "--preset=quick", "--target=toy",
-           "--draft=toy", f"--output_dir={out}", "--skip=tradeoff", "--num_prompts=4", "--num_detection_texts=8",
-           "--max_new_tokens=12", "--batch_size=4", "--detection_batch_size=0", "--num_detection_train=0",
-           "--lookaheads=2", "--synthid_layers=4",
-           "--tpr_lengths=4,8", "--num_resamples=20", "--top_k=0", "--max_prompt_tokens=128"]
+           "--draft=toy", f"--output_dir={out}", "--skip=tradeoff", "--num_prompts=6", "--num_detection_texts=12",
+           "--max_new_tokens=20", "--batch_size=4", "--detection_batch_size=6", "--num_detection_train=5",
+           "--lookaheads=2", "--detect_lookahead=3", "--synthid_layers=4",
+           "--tpr_lengths=4,8,16", "--num_resamples=50", "--top_k=0", "--max_prompt_tokens=128"]
     secret_file = tmp_path / "secret.txt"
     secret_file.write_text(SECRET + "\n")
     os.chmod(secret_file, 0o600)
@@ -427,8 +428,8 @@ def test_reproduce_script_runs_and_resumes(tmp_path):
     assert (out / "generations.jsonl").read_bytes() == jsonl  # resumed: nothing regenerated
     assert b"compiled" not in proc.stdout
     # no output, no saved detector and no log line holds the secret or a derived key word
-    s = dataclasses.replace(SMALL, num_detection_texts=8, lookaheads=(2,), max_new_tokens=12, tpr_lengths=(4, 8))
-    words = np.concatenate([np.asarray(keys.text_keys(SECRET, range(8), run=r.name)) for r in lab.speed_runs(s)])
+    s = dataclasses.replace(SMALL, lookaheads=(2,))
+    words = np.concatenate([np.asarray(keys.text_keys(SECRET, range(12), run=r.name)) for r in lab.speed_runs(s)])
     files = [os.path.join(d, f) for d, _, fs in os.walk(out) for f in fs]
     assert any(f.endswith(".npz") for f in files)
     for path in files:
@@ -436,3 +437,18 @@ def test_reproduce_script_runs_and_resumes(tmp_path):
             assert not leaked(f.read(), SECRET, words), path
     for log in (first.stdout, first.stderr, proc.stdout, proc.stderr):
         assert not leaked(log, SECRET, words)
+
+
+def test_a_zero_flag_means_the_settings_default():
+    """--top_k=0, --detection_batch_size=0 and --num_detection_train=0 are "none" / "the default"."""
+    from absl import flags as absl_flags
+
+    from experiments import flags as script_flags
+
+    fv = absl_flags.FlagValues()
+    script_flags.define_flags(required_defaults=False, fv=fv)
+    fv(["prog", "--detection_batch_size=0", "--num_detection_train=0", "--top_k=0", "--batch_size=3"])
+    base = dataclasses.replace(SMALL, top_k=5)
+    got = script_flags.settings_from_flags(base, fv=fv)
+    assert (got.detection_batch_size, got.num_detection_train, got.top_k, got.batch_size) == (None, None, None, 3)
+    assert got.detection_rows == 3 and got.max_new_tokens == SMALL.max_new_tokens
