@@ -47,7 +47,7 @@ from wmspec_jax import decoders, prf, speculative, storage
 flags.DEFINE_enum("pair", "toy", ["toy", "builtin", "tiny_llama"], "model pair")
 flags.DEFINE_string("builtin_draft", "builtin", "--pair=builtin: the draft ('builtin' = the default, "
                     "'builtin:v2', ...)")
-flags.DEFINE_enum("decoder", "gumbel", ["gumbel", "synthid"], "watermark decoder")
+flags.DEFINE_enum("decoder", "gumbel", list(decoders.DECODER_NAMES), "watermark decoder")
 flags.DEFINE_integer("num_layers", 30, "SynthID tournament layers m")
 flags.DEFINE_integer("lookahead", 3, "K of the speculative methods")
 flags.DEFINE_integer("batch_size", 8, "rows per call")
@@ -126,7 +126,7 @@ def main(argv):
     all_keys = prf.stream_keys([f"bench-{i}" for i in range(bsz * num_calls)])
     all_rngs = jax.random.split(jax.random.key(0), bsz * num_calls)
     rows_of = [slice(c * bsz, (c + 1) * bsz) for c in range(num_calls)]
-    dec = decoders.WatermarkDecoder(FLAGS.decoder, FLAGS.num_layers)
+    dec = decoders.WatermarkDecoder.from_name(FLAGS.decoder, FLAGS.num_layers)
     calls = {}  # method -> ([args of each call], extra): every call has the same shapes (one executable)
     for method in FLAGS.methods:
         spec = speculative.METHODS[method]

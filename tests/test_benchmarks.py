@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,3 +29,17 @@ def test_accelerator_check_runs_on_the_cpu_at_reduced_shapes(tmp_path):
     assert report["memory_7b"]["memory_7b"]["llama2-7b"][0]["params"] > 6.7e9
     assert report["batch_invariance"]["settings"][0]["rows"] == 2
     assert report["tests"] and all(t["outcome"] == "passed" for t in report["tests"])
+
+
+def test_the_decoder_comparison_writes_one_row_per_decoder_and_method(tmp_path):
+    out = tmp_path / "decoders.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.compare_decoders", "--num_texts=100", "--max_new_tokens=8",
+                           "--decoders=inverse_transform,gamma_reweight", "--methods=basic,pseudorandom",
+                           f"--output={out}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["decoder"], r["method"]) for r in rows] == [
+        ("inverse_transform", "basic"), ("inverse_transform", "pseudorandom"),
+        ("gamma_reweight", "basic"), ("gamma_reweight", "pseudorandom")]
+    assert all(set(r["tpr_at_1pct"]) == {"ars-tau", "ars-prior", "single", "oracle"} for r in rows)
+    assert rows[0]["tokens_per_step"] == 1.0 and rows[1]["tokens_per_step"] > 1.0

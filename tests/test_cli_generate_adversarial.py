@@ -109,11 +109,30 @@ def test_a_method_without_a_watermark_needs_no_key_and_says_so(files, monkeypatc
     (["--first_index=4294967296"], "below 2^32"),
     (["--decoder=synthid", "--synthid_layers=1000000000"], "--synthid_layers=1000000000 exceeds 256"),
     (["--context_width=1000"], "--context_width=1000 exceeds 64"),
+    (["--decoder=dipmark", "--dipmark_alpha=0.7"], "--dipmark_alpha=0.7 must lie in [0, 1/2]"),
 ])
 def test_sizes_that_cannot_be_right_are_refused_before_any_model_loads(files, flags, message):
     _, key, prompts = files
     rc, stdout, err = call(cli_generate, [prompts, key] + flags)
     assert rc == 2 and message in err and "loaded" not in err and not stdout, err
+
+
+def test_a_decoder_beyond_the_paper_is_recorded_and_detected_with_its_own_statistic(files, tmp_path):
+    """γ-reweight answers: the line names the decoder and α; detection scores DiPmark's statistic and
+    refuses to score the line as another decoder's."""
+    _, key, _ = files
+    out = tmp_path / "gamma.jsonl"
+    rc, _, err = call(cli_generate, ["-", key, f"--output={out}", "--decoder=gamma_reweight", "--method=basic",
+                                     "--max_new_tokens=24", "--nostop_at_eos", "--run=g"], stdin=QUESTIONS[1].encode())
+    assert rc == 0, err
+    (line,) = lines(out.read_text())
+    assert (line["decoder"], line["dipmark_alpha"], line["synthid_layers"]) == ("gamma_reweight", 0.5, None)
+    rc, stdout, err = call(cli_detect, [str(out), key, "--format=json"])
+    assert rc == 0, err
+    (res,) = lines(stdout)
+    assert res["provenance"]["decoder"] == "dipmark" and res["num_scored"] > 10 and res["log10_pvalue"] <= 0
+    rc, _, err = call(cli_detect, [str(out), key, "--decoder=gumbel"])
+    assert rc == 2 and "decoder" in err, err
 
 
 def test_secrets_are_normalised_and_weak_ones_refused(files, tmp_path, monkeypatch):

@@ -208,3 +208,115 @@ def test_one_decoder_description_for_generation_and_tradeoff():
     assert decoders.WatermarkDecoder("synthid", np.int64(5)).num_layers == 5
     with pytest.raises(ValueError, match="num_layers"):
         decoders.WatermarkDecoder("synthid", True)
+
+
+# ---------------------------------------------------------------------------
+# Inverse transform and DiPmark / γ-reweight (beyond the paper)
+# ---------------------------------------------------------------------------
+
+INVERSE = decoders.WatermarkDecoder("inverse_transform")
+DIPMARK = decoders.WatermarkDecoder("dipmark", alpha=0.3)
+GAMMA = decoders.WatermarkDecoder("gamma_reweight")
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 0.45, 0.5])
+def test_dipmark_is_unbiased_exactly_over_every_permutation(alpha):
+    p = np.array([0.5, 0.3, 0.15, 0.05], np.float32)
+    orders = np.array(list(itertools.permutations(range(4))), np.float32)
+    out = np.asarray(jax.vmap(decoders.dipmark, in_axes=(None, 0, None))(p, orders, alpha))
+    assert np.allclose(out.sum(-1), 1, atol=1e-6) and (out >= 0).all()
+    assert np.allclose(out.mean(0), p, atol=1e-6)
+    if alpha > 0:  # it is a watermark: some permutation moves mass
+        assert np.abs(out - p).max() > 0.1
+
+
+def test_dipmark_moves_the_first_alpha_of_mass_to_the_last():
+    p = np.array([0.4, 0.3, 0.2, 0.1], np.float32)
+    order = np.array([0.1, 0.2, 0.3, 0.4], np.float32)  # π = identity
+    # F = (0.4, 0.7, 0.9, 1.0); g(x) = max(x - 0.5, 0) * 2 for α = 1/2
+    assert np.allclose(decoders.dipmark(p, order, 0.5), [0.0, 0.4, 0.4, 0.2], atol=1e-6)
+    assert np.allclose(decoders.dipmark(p, order, 0.0), p, atol=1e-6)
+
+
+def test_inverse_transform_follows_p_for_every_permutation():
+    """Over u ~ U(0, 1) the token's law is P whatever π is (a grid of u in place of the integral)."""
+    p = np.array([0.5, 0.3, 0.15, 0.05], np.float32)
+    grid = (np.arange(2000) + 0.5) / 2000
+    for order in itertools.permutations(range(4)):
+        tok = jax.vmap(decoders.inverse_transform_index, in_axes=(None, None, 0))(
+            p, np.asarray(order, np.float32), grid)
+        assert np.allclose(np.bincount(np.asarray(tok), minlength=4) / grid.size, p, atol=1e-3)
+    one_hot = np.asarray(decoders.inverse_transform(p, np.arange(4, dtype=np.float32), 0.6))
+    assert one_hot.tolist() == [0.0, 1.0, 0.0, 0.0]  # π = identity: F = (0.5, 0.8, ...) holds 0.6 in token 1
+
+
+@pytest.mark.parametrize("decoder", [INVERSE, DIPMARK, GAMMA], ids=lambda d: d.name)
+def test_keyed_tokens_follow_p(seeds, decoder):
+    """The generation path (one hash per candidate, π from the token lane, u from the position lane):
+    token frequencies over 100k contexts are P, with zero-probability tokens never emitted."""
+    p = np.append(P6, 0.0).astype(np.float32)
+    tok = np.asarray(decoder.watermark_index(jnp.broadcast_to(p, (N, p.size)), None, seeds))
+    assert (tok != p.size - 1).all()
+    stats.assert_counts_match(np.bincount(tok, minlength=p.size)[:-1], P6, f"{decoder.label} tokens")
+
+
+@pytest.mark.parametrize("decoder", [INVERSE, DIPMARK], ids=lambda d: d.name)
+def test_candidates_and_the_whole_vocabulary_give_the_same_token(seeds, decoder):
+    """With candidate ids (top-k) π is the order of the candidates' own hashes: the same token as the
+    dense path on the same distribution."""
+    p = np.array([0.0, 0.4, 0.0, 0.35, 0.25, 0.0], np.float32)
+    dense = decoder.watermark_index(jnp.broadcast_to(p, (2000, 6)), None, seeds[:2000])
+    ids = np.array([3, 1, 4], np.int32)
+    sparse = decoder.watermark_index(jnp.broadcast_to(p[ids], (2000, 3)), jnp.broadcast_to(ids, (2000, 3)),
+                                     seeds[:2000])
+    assert np.array_equal(ids[np.asarray(sparse)], np.asarray(dense))
+
+
+def test_keyed_permutation_decoders_are_pinned_by_golden_vectors():
+    p = np.array([0.3, 0.05, 0.2, 0.15, 0.1, 0.12, 0.08], np.float32)
+    seeds = prf.context_seeds(prf.stream_keys(b"wmspec-golden")[prf.Stream.TARGET], np.arange(48).reshape(12, 4))
+    weights = jnp.broadcast_to(p, (12, 7))
+    assert np.asarray(INVERSE.watermark_index(weights, None, seeds)).tolist() == [1, 0, 4, 4, 0, 3, 5, 0, 2, 0, 5, 2]
+    dip = decoders.WatermarkDecoder("dipmark", alpha=0.45)
+    assert np.asarray(dip.watermark_index(weights, None, seeds)).tolist() == [5, 0, 3, 2, 6, 3, 5, 1, 6, 5, 5, 5]
+
+
+def test_trade_off_zeta_and_generation_agree(seeds):
+    """The Monte Carlo's ζ (vocab_zeta) and S(P, ζ) give the generation path's token (inverse transform)
+    and an unbiased distribution (DiPmark)."""
+    p = jnp.asarray(P6)
+    z = INVERSE.vocab_zeta(seeds[:3000], P6.size)
+    assert z.shape == (3000, P6.size + 1)
+    gen = INVERSE.watermark_index(jnp.broadcast_to(p, (3000, P6.size)), None, seeds[:3000])
+    assert np.array_equal(np.asarray(INVERSE.point(p, z)), np.asarray(gen))
+    assert np.array_equal(np.asarray(INVERSE.apply(p, z)).argmax(-1), np.asarray(gen))
+    out = np.asarray(DIPMARK.apply(p, DIPMARK.vocab_zeta(seeds, P6.size)))
+    for w in range(P6.size):
+        stats.assert_mean_close(out[:, w], P6[w], f"DiPmark E[P_π][{w}]")
+    with pytest.raises(ValueError, match="not degenerate"):
+        DIPMARK.point(p, DIPMARK.vocab_zeta(seeds[:4], P6.size))
+
+
+def test_permutation_decoders_settings_and_names():
+    assert INVERSE.degenerate and not DIPMARK.degenerate and not GAMMA.degenerate
+    assert (INVERSE.num_layers, INVERSE.alpha) == (0, 0.0)
+    assert GAMMA == decoders.WatermarkDecoder("dipmark", alpha=0.5) == decoders.WatermarkDecoder.from_name(
+        "gamma_reweight")
+    assert (GAMMA.kind, GAMMA.name, GAMMA.label) == ("dipmark", "gamma_reweight", "γ-reweight")
+    assert (DIPMARK.name, DIPMARK.label) == ("dipmark_a0.3", "DiPmark(α=0.3)")
+    assert decoders.WatermarkDecoder.from_name("dipmark").alpha == decoders.DEFAULT_DIPMARK_ALPHA
+    assert {d.statistic for d in (INVERSE, DIPMARK, GAMMA)} == {"inverse_transform", "dipmark"}
+    assert {d.family for d in (INVERSE, DIPMARK, GAMMA)} == {"gumbel"}
+    assert decoders.WatermarkDecoder("synthid_limit", 5).statistic == "synthid"
+    assert decoders.WatermarkDecoder("gumbel", alpha=0.3) == decoders.gumbel()  # α means nothing there
+    for bad in (-0.1, 0.6, float("nan"), True):
+        with pytest.raises(ValueError, match="alpha"):
+            decoders.WatermarkDecoder("dipmark", alpha=bad)
+    with pytest.raises(ValueError, match="order shape"):
+        decoders.dipmark(P6, np.zeros(3, np.float32), 0.3)
+    with pytest.raises(ValueError, match="alpha"):
+        decoders.dipmark(P6, np.zeros(6, np.float32), 0.7)
+    with pytest.raises(ValueError, match="uniform"):
+        decoders.inverse_transform(P6, np.zeros(6, np.float32), 1.0)
+    with pytest.raises(ValueError, match="sum to 1"):
+        decoders.inverse_transform(P6 * 2, np.zeros(6, np.float32), 0.5)

@@ -74,6 +74,31 @@ def test_thm41a_with_frequent_repeated_contexts(method):
     stats.assert_counts_match(counts, toy.sequence_probs(P_TAB, PROMPT[-1], 4), method)
 
 
+INVERSE = decoders.WatermarkDecoder("inverse_transform")
+DIPMARK = decoders.WatermarkDecoder("dipmark", alpha=0.3)
+
+
+@pytest.mark.parametrize("decoder,method,k,top_k", [
+    (INVERSE, "basic", 0, None), (INVERSE, "pseudorandom", 2, None), (INVERSE, "pseudorandom", 2, 2),
+    (DIPMARK, "basic", 0, None), (DIPMARK, "dathathri", 2, None), (DIPMARK, "pseudorandom", 2, None),
+    (DIPMARK, "pseudorandom", 2, 2)], ids=lambda x: getattr(x, "name", str(x)))
+def test_thm41_for_the_decoders_beyond_the_paper(method, k, top_k, decoder):
+    """Inverse transform and DiPmark are unbiased, so every method keeps P's law (Thm 4.1 (a), here over
+    10k keys) and Alg. 1's first acceptance rate is 1 − TV of the (top-k processed) pair (Thm 4.1 (b))."""
+    res = run(method, k, decoder, n=10_000, top_k=top_k)
+    p_tab, q_tab = (P_TAB, Q_TAB) if top_k is None else (_top_k_table(P_TAB, top_k), _top_k_table(Q_TAB, top_k))
+    toks = generated(res, 3)
+    counts = np.bincount(toks[:, 0] * V * V + toks[:, 1] * V + toks[:, 2], minlength=V**3)
+    probs = toy.sequence_probs(p_tab, PROMPT[-1], 3).ravel()
+    assert counts[probs == 0].sum() == 0, "a token outside the support was emitted"
+    stats.assert_counts_match(counts[probs > 0], probs[probs > 0], f"{method}/{decoder.name}")
+    if k:
+        first = np.asarray(res.source[:, len(PROMPT)])
+        tv = 0.5 * np.abs(p_tab[PROMPT[-1]] - q_tab[PROMPT[-1]]).sum()
+        stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - tv,
+                                   f"{method}/{decoder.name} acceptance")
+
+
 def test_chi_square_has_power_against_the_draft():
     """Negative control: the draft's own samples are rejected as P's."""
     cfg = SpeculativeConfig(method="plain", lookahead=0, max_new_tokens=3)

@@ -8,7 +8,24 @@ numbers ζ to a modified distribution P_ζ with E_ζ[P_ζ] = P (Sec. 2):
   of Bernoulli(1/2) g-values.
 * :func:`synthid_limit` — the m = ∞ limit as App. C.1 approximates it: m
   layers, then the one-hot of the most likely token.
+* :func:`inverse_transform` — beyond the paper: inverse-transform sampling
+  (Kuditipudi et al. 2023), ζ = (π, u) a keyed permutation and a keyed
+  uniform; the token whose interval of the π-ordered CDF holds u. Unbiased and
+  degenerate (the same law over ζ as Hu et al.'s δ-reweight).
+* :func:`dipmark` — beyond the paper: DiPmark (Wu et al. 2024), ζ = π; the
+  π-ordered CDF F reweighted to max(F − α, 0) + max(F − (1 − α), 0).
+  Unbiased, not degenerate; α = 1/2 is Hu et al. (2024)'s γ-reweight
+  (``"gamma_reweight"``).
 * :func:`identity` and :func:`linear_mixture` ((1 − θ) Id + θ S, Eq. 9).
+
+The keyed permutation π orders tokens by their 32-bit hash in the stream's
+token lane (the value Gumbel-max turns into U_w), ties broken by candidate
+position; u is the stream's per-position uniform. Both decoders' published
+versions draw π from a key per position the same way (a permutation of the
+vocabulary seeded by the context); the hash order is our construction of it,
+and a tie (two tokens with the same 32-bit hash, probability ~V²/2³³ per
+position) makes π not exactly uniform, a bias of that order in DiPmark's law
+(none in inverse transform's, which is unbiased for any order).
 
 :class:`WatermarkDecoder` is the one static description of a decoder, used by
 generation (:mod:`wmspec_jax.speculative`), detection and the trade-off
@@ -46,10 +63,22 @@ from wmspec_jax import prf, validation
 GUMBEL = "gumbel"
 SYNTHID = "synthid"
 SYNTHID_LIMIT = "synthid_limit"
-DECODER_KINDS = (GUMBEL, SYNTHID, SYNTHID_LIMIT)
+INVERSE_TRANSFORM = "inverse_transform"
+DIPMARK = "dipmark"
+GAMMA_REWEIGHT = "gamma_reweight"
+DECODER_KINDS = (GUMBEL, SYNTHID, SYNTHID_LIMIT, INVERSE_TRANSFORM, DIPMARK)
+DECODER_NAMES = DECODER_KINDS + (GAMMA_REWEIGHT,)
+"""Names :meth:`WatermarkDecoder.from_name` accepts (``"gamma_reweight"`` is DiPmark with α = 1/2)."""
 FAMILIES = (GUMBEL, SYNTHID)
-"""What detection scores a text of each kind with: the Gumbel-max uniforms, or SynthID's g-values
+"""Which detectors score a text of each kind: those on one uniform per token and stream (Gumbel-max's
+U_w, and the other uniform-valued statistics: :data:`STATISTICS`), or those on SynthID's g-values
 (both SynthID kinds: the m = ∞ approximation draws from the same g-values)."""
+STATISTICS = (GUMBEL, SYNTHID, INVERSE_TRANSFORM, DIPMARK)
+"""The per-token statistic detection recomputes (:attr:`WatermarkDecoder.statistic`): Gumbel-max's U_w,
+SynthID's g-values, inverse transform's alignment value, DiPmark's permutation position (module
+:mod:`wmspec_jax.detect.streams`)."""
+DEFAULT_DIPMARK_ALPHA = 0.45
+"""DiPmark's α when none is given (the value Wu et al. 2024 recommend)."""
 
 
 MAX_SYNTHID_LAYERS = 256
@@ -65,17 +94,31 @@ class WatermarkDecoder:
       kind: ``"gumbel"`` (Gumbel-max, Eq. 2), ``"synthid"`` (tournament with
         m layers, Eq. 3-4) or ``"synthid_limit"`` (m = ∞ as App. C.1
         approximates it: m layers, then the most likely token).
-      num_layers: tournament layers m (SynthID kinds; 0 for Gumbel-max, so
+        ``"inverse_transform"`` or ``"dipmark"`` (``"gamma_reweight"`` is
+        stored as DiPmark with α = 1/2).
+      num_layers: tournament layers m (SynthID kinds; 0 for the others, so
         equal decoders compare and hash equal).
+      alpha: DiPmark's α in [0, 1/2] (0.0 for the other kinds).
     """
 
     kind: str = GUMBEL
     num_layers: int = 30
+    alpha: float = DEFAULT_DIPMARK_ALPHA
 
     def __post_init__(self):
+        if self.kind == GAMMA_REWEIGHT:
+            object.__setattr__(self, "kind", DIPMARK)
+            object.__setattr__(self, "alpha", 0.5)
         if self.kind not in DECODER_KINDS:
-            raise ValueError(f"decoder kind must be one of {DECODER_KINDS}, got {self.kind!r}")
-        if self.kind == GUMBEL:
+            raise ValueError(f"decoder kind must be one of {DECODER_NAMES}, got {self.kind!r}")
+        if self.kind == DIPMARK:
+            a = self.alpha
+            if isinstance(a, bool) or not isinstance(a, numbers.Real) or not 0.0 <= float(a) <= 0.5:
+                raise ValueError(f"DiPmark needs alpha in [0, 1/2], got {a!r}")
+            object.__setattr__(self, "alpha", float(a))
+        else:
+            object.__setattr__(self, "alpha", 0.0)
+        if self.kind not in (SYNTHID, SYNTHID_LIMIT):
             object.__setattr__(self, "num_layers", 0)
             return
         m = self.num_layers
@@ -86,48 +129,66 @@ class WatermarkDecoder:
     @property
     def degenerate(self) -> bool:
         """True when S(P, ζ) is a point mass for every ζ (Thm 3.2's equality case)."""
-        return self.kind in (GUMBEL, SYNTHID_LIMIT)
+        return self.kind in (GUMBEL, SYNTHID_LIMIT, INVERSE_TRANSFORM)
+
+    @property
+    def _synthid(self) -> bool:
+        return self.kind in (SYNTHID, SYNTHID_LIMIT)
 
     @property
     def name(self) -> str:
         """Short identifier for file names and JSON keys."""
-        if self.kind == GUMBEL:
-            return "gumbel"
         if self.kind == SYNTHID:
             return f"synthid_m{self.num_layers}"
-        return f"synthid_inf_m{self.num_layers}"
+        if self.kind == SYNTHID_LIMIT:
+            return f"synthid_inf_m{self.num_layers}"
+        if self.kind == DIPMARK:
+            return GAMMA_REWEIGHT if self.alpha == 0.5 else f"dipmark_a{self.alpha:g}"
+        return self.kind
 
     @property
     def label(self) -> str:
         """Human-readable label for tables and plots."""
-        if self.kind == GUMBEL:
-            return "Gumbel-max"
         if self.kind == SYNTHID:
             return f"SynthID(m={self.num_layers})"
-        return "SynthID(m=∞)"
+        if self.kind == SYNTHID_LIMIT:
+            return "SynthID(m=∞)"
+        if self.kind == DIPMARK:
+            return "γ-reweight" if self.alpha == 0.5 else f"DiPmark(α={self.alpha:g})"
+        return {GUMBEL: "Gumbel-max", INVERSE_TRANSFORM: "Inverse transform"}[self.kind]
 
     @classmethod
-    def from_name(cls, name: str, num_layers: int = 30) -> "WatermarkDecoder":
-        """The decoder a settings or command-line name gives: ``"gumbel"``, ``"synthid"`` (with m =
-        ``num_layers``) or ``"synthid_limit"``; ValueError otherwise."""
-        if name not in DECODER_KINDS:
-            raise ValueError(f"unknown decoder {name!r}; known: {', '.join(DECODER_KINDS)}")
-        return cls(name, num_layers)
+    def from_name(cls, name: str, num_layers: int = 30, alpha: float = DEFAULT_DIPMARK_ALPHA
+                  ) -> "WatermarkDecoder":
+        """The decoder a settings or command-line name gives (:data:`DECODER_NAMES`): ``"synthid"``
+        and ``"synthid_limit"`` with m = ``num_layers``, ``"dipmark"`` with ``alpha``,
+        ``"gamma_reweight"`` (DiPmark, α = 1/2); ValueError otherwise."""
+        if name not in DECODER_NAMES:
+            raise ValueError(f"unknown decoder {name!r}; known: {', '.join(DECODER_NAMES)}")
+        return cls(name, num_layers, alpha)
+
+    @property
+    def statistic(self) -> str:
+        """The per-token statistic detection recomputes for its texts (:data:`STATISTICS`): the kind,
+        with both SynthID kinds on ``"synthid"`` (the same g-values) and every α on ``"dipmark"``."""
+        return SYNTHID if self._synthid else self.kind
 
     @property
     def family(self) -> str:
-        """The detection statistic of its texts (:data:`FAMILIES`): ``"gumbel"`` or ``"synthid"``."""
-        return GUMBEL if self.kind == GUMBEL else SYNTHID
+        """The detectors of its texts (:data:`FAMILIES`): ``"synthid"`` (g-values) or ``"gumbel"``
+        (one uniform per token and stream)."""
+        return SYNTHID if self._synthid else GUMBEL
 
     @property
     def family_label(self) -> str:
-        """The family's name in tables: ``"Gumbel-max"`` or ``"SynthID"``."""
-        return "Gumbel-max" if self.kind == GUMBEL else "SynthID"
+        """The decoder's name in tables, without settings: ``"SynthID"`` for both SynthID kinds, else
+        :attr:`label`."""
+        return "SynthID" if self._synthid else self.label
 
     @property
     def run_tag(self) -> str:
-        """The decoder's part of an experiment run's name: ``"gumbel"`` or ``"synthid<m>"``."""
-        return "gumbel" if self.kind == GUMBEL else f"synthid{self.num_layers}"
+        """The decoder's part of an experiment run's name: ``"synthid<m>"`` or :attr:`name`."""
+        return f"synthid{self.num_layers}" if self._synthid else self.name
 
     # -- generation -----------------------------------------------------------------------------
 
@@ -150,6 +211,9 @@ class WatermarkDecoder:
         seeds = seeds[:, None, :]
         if self.kind == GUMBEL:
             return gumbel_max_index(weights, prf.token_uniforms(seeds, tokens))
+        if self.kind in (INVERSE_TRANSFORM, DIPMARK):
+            order = jnp.broadcast_to(prf.hash_values(seeds, tokens, prf.Lane.TOKEN_UNIFORM), weights.shape)
+            return self._permuted_index(weights, order, prf.position_uniforms(seeds[:, 0]))
         words = jnp.stack([prf.hash_values(seeds, tokens, prf.Lane.GBITS + b)
                            for b in range(-(-self.num_layers // prf.NUM_GBITS_PER_HASH))], axis=-1)
         decoded = tournament_packed(weights, words, self.num_layers)
@@ -161,10 +225,16 @@ class WatermarkDecoder:
 
     def vocab_zeta(self, seeds: jax.Array, vocab_size: int) -> jax.Array:
         """ζ over the whole vocabulary for n samples' seeds uint32[n, 2]: Gumbel-max float32[n, V]
-        uniforms; SynthID uint32[n, V, W] packed g-values (bit l mod 32 of word l // 32 is g_l)."""
+        uniforms; SynthID uint32[n, V, W] packed g-values (bit l mod 32 of word l // 32 is g_l);
+        inverse transform and DiPmark uint32[n, V + 1]: the V token hashes that order π, then the
+        hash of the position uniform u."""
         if self.kind == GUMBEL:
             return prf.vocab_uniforms(seeds, vocab_size)
         tokens = jnp.arange(vocab_size, dtype=jnp.uint32)
+        if self.kind in (INVERSE_TRANSFORM, DIPMARK):
+            order = prf.hash_values(seeds[:, None, :], tokens, prf.Lane.TOKEN_UNIFORM)
+            position = prf.hash_values(seeds, jnp.uint32(0), prf.Lane.POSITION_UNIFORM)
+            return jnp.concatenate([order, position[:, None]], axis=-1)
         words = [prf.hash_values(seeds[:, None, :], tokens, int(prf.Lane.GBITS) + b)
                  for b in range(-(-self.num_layers // prf.NUM_GBITS_PER_HASH))]
         return jnp.stack(words, axis=-1)
@@ -174,6 +244,9 @@ class WatermarkDecoder:
         p = jnp.asarray(probs, jnp.float32)
         if self.kind == SYNTHID:
             return tournament_packed(jnp.broadcast_to(p, zeta.shape[:-1]), zeta, self.num_layers)
+        if self.kind == DIPMARK:
+            order = zeta[..., :-1]
+            return dipmark(jnp.broadcast_to(p, order.shape), order, self.alpha)
         return jax.nn.one_hot(self.point(p, zeta), p.shape[-1], dtype=jnp.float32)
 
     def point(self, probs: jax.Array, zeta: jax.Array) -> jax.Array:
@@ -184,11 +257,30 @@ class WatermarkDecoder:
             return gumbel_max_token(jnp.log(p), zeta)
         if self.kind == SYNTHID_LIMIT:
             return first_argmax(tournament_packed(jnp.broadcast_to(p, zeta.shape[:-1]), zeta, self.num_layers))
+        if self.kind == INVERSE_TRANSFORM:
+            order = zeta[..., :-1]
+            return inverse_transform_index(jnp.broadcast_to(p, order.shape), order, prf.to_uniform(zeta[..., -1]))
         raise ValueError(f"{self.label} is not degenerate; it has no single output token")
+
+    def _permuted_index(self, weights: jax.Array, order: jax.Array, uniform: jax.Array) -> jax.Array:
+        """Inverse transform's token, or a draw from DiPmark's reweighting by inverse CDF along π."""
+        if self.kind == INVERSE_TRANSFORM:
+            return inverse_transform_index(weights, order, uniform)
+        perm = permutation(order)
+        reweighted = dipmark_sorted(jnp.take_along_axis(_float(weights), perm, axis=-1), self.alpha)
+        return jnp.take_along_axis(perm, inverse_cdf(reweighted, uniform)[..., None], axis=-1)[..., 0]
 
 
 def gumbel() -> WatermarkDecoder:
     return WatermarkDecoder(GUMBEL)
+
+
+def inverse_transform_decoder() -> WatermarkDecoder:
+    return WatermarkDecoder(INVERSE_TRANSFORM)
+
+
+def dipmark_decoder(alpha: float = DEFAULT_DIPMARK_ALPHA) -> WatermarkDecoder:
+    return WatermarkDecoder(DIPMARK, alpha=alpha)
 
 
 def synthid_decoder(num_layers: int = 30) -> WatermarkDecoder:
@@ -374,6 +466,99 @@ def _g_layers_first(probs, g_values, layers_axis):
     if g is not None and not np.all((g == 0) | (g == 1)):
         raise ValueError("g_values must be 0 or 1")
     return g_values
+
+
+# ---------------------------------------------------------------------------
+# Keyed permutations: inverse transform and DiPmark / γ-reweight
+# ---------------------------------------------------------------------------
+
+
+def permutation(order: jax.Array) -> jax.Array:
+    """π as indices: the candidates sorted by their key ``order`` (ties by position): int32[..., C]."""
+    return jnp.argsort(order, axis=-1, stable=True).astype(jnp.int32)
+
+
+def inverse_transform_index(weights: jax.Array, order: jax.Array, uniform: jax.Array) -> jax.Array:
+    """Inverse-transform sampling along π, unchecked kernel: the candidate whose interval of the
+    π-ordered CDF holds u (Kuditipudi et al. 2023). Over u ~ U(0, 1) independent of π its law is P
+    for every π, so the decoder is unbiased; given (π, u) it is a point mass.
+
+    Args:
+      weights: float[..., C] non-negative, not all zero.
+      order: [..., C] the keys that order π (uint32 hashes or floats).
+      uniform: float[...] u in [0, 1).
+
+    Returns:
+      int32[...] a candidate index (never one of zero weight).
+    """
+    perm = permutation(order)
+    k = inverse_cdf(jnp.take_along_axis(_float(weights), perm, axis=-1), uniform)
+    return jnp.take_along_axis(perm, k[..., None], axis=-1)[..., 0]
+
+
+def dipmark_sorted(sorted_probs: jax.Array, alpha) -> jax.Array:
+    """DiPmark's reweighting of a distribution already in π order: float32[..., C].
+
+    With F_i the normalised π-ordered CDF (F_0 = 0), the new mass of the i-th token is
+    g(F_i) − g(F_{i−1}) for g(x) = max(x − α, 0) + max(x − (1 − α), 0) (Wu et al. 2024, Eq. 3):
+    the first α of the mass is removed and the last α doubled; averaged over a uniform π the
+    result is P again.
+    """
+    p = _float(sorted_probs)
+    cdf = jnp.cumsum(p, axis=-1)
+    cdf = cdf / cdf[..., -1:]
+    prev = jnp.concatenate([jnp.zeros_like(cdf[..., :1]), cdf[..., :-1]], axis=-1)
+    a = _float(alpha)
+
+    def g(x):
+        return jnp.maximum(x - a, 0.0) + jnp.maximum(x - (1.0 - a), 0.0)
+
+    return jnp.maximum(g(cdf) - g(prev), 0.0)
+
+
+def inverse_transform(probs: jax.Array, order: jax.Array, uniform: jax.Array) -> jax.Array:
+    """Inverse-transform decoder (Kuditipudi et al. 2023): the point mass at the token whose
+    interval of the π-ordered CDF holds u.
+
+    Args:
+      probs: float[..., V] next-token distribution P.
+      order: [..., V] keys whose ascending order is π (e.g. uniforms or uint32 hashes).
+      uniform: float[...] u in [0, 1).
+
+    Returns:
+      float32[..., V] one-hot P_ζ.
+    """
+    validation.check_probs(probs)
+    if jnp.shape(order) != jnp.shape(probs):
+        raise ValueError(f"order shape {jnp.shape(order)} != probs shape {jnp.shape(probs)}")
+    u = validation.concrete(uniform)
+    if u is not None and (np.isnan(u).any() or (np.asarray(u) < 0).any() or (np.asarray(u) >= 1).any()):
+        raise ValueError("inverse_transform: uniform must lie in [0, 1)")
+    p = _float(probs)
+    return _one_hot_like(inverse_transform_index(p, order, uniform), p)
+
+
+def dipmark(probs: jax.Array, order: jax.Array, alpha) -> jax.Array:
+    """DiPmark decoder (Wu et al. 2024); α = 1/2 is Hu et al. (2024)'s γ-reweight.
+
+    Args:
+      probs: float[..., V] next-token distribution P.
+      order: [..., V] keys whose ascending order is π.
+      alpha: in [0, 1/2].
+
+    Returns:
+      float32[..., V] P_π (a distribution in the original token order; unbiased over a uniform π).
+    """
+    validation.check_probs(probs)
+    if jnp.shape(order) != jnp.shape(probs):
+        raise ValueError(f"order shape {jnp.shape(order)} != probs shape {jnp.shape(probs)}")
+    a = validation.concrete(alpha)
+    if a is not None and not 0.0 <= float(a) <= 0.5:
+        raise ValueError(f"DiPmark needs alpha in [0, 1/2], got {float(a)}")
+    perm = permutation(order)
+    reweighted = dipmark_sorted(jnp.take_along_axis(_float(probs), perm, axis=-1), alpha)
+    inverse = jnp.argsort(perm, axis=-1)
+    return jnp.take_along_axis(reweighted, inverse, axis=-1)
 
 
 # ---------------------------------------------------------------------------

@@ -82,7 +82,7 @@ from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.cli.texts import InputError, is_terminal, load_tokenizer, read_inputs, vocab_size, write_lines
 
 PROG = "wmspec-detect"
-DECODERS = ("gumbel", "synthid")
+DECODERS = cli_flags.DECODER_NAMES
 NOT_ENOUGH = "not enough tokens"
 MAX_INDEX = 2 ** 64  # per-text keys hash the index as a uint64
 
@@ -181,10 +181,13 @@ def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
     command line must agree with the line (or --ignore_provenance, then the flag wins)."""
     from wmspec_jax import decoders
 
+    def statistic(name):  # what detection recomputes: synthid_limit scores as synthid, any α as dipmark
+        return None if name is None else decoders.WatermarkDecoder.from_name(name).statistic
+
     dec = record.get("decoder")
     if dec is not None and dec not in DECODERS:
         raise InputError(f"{where}: field 'decoder' must be one of {DECODERS}, got {str(dec)[:40]!r}")
-    recorded = {"decoder": dec,
+    recorded = {"decoder": statistic(dec),
                 "synthid_layers": _record_int(record, "synthid_layers", where, 1, decoders.MAX_SYNTHID_LAYERS + 1),
                 "context_width": _record_int(record, "context_width", where, 1, prf.MAX_CONTEXT_WIDTH + 1)}
     if recorded["decoder"] != "synthid":
@@ -192,11 +195,13 @@ def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
     chosen = {}
     for flag, value in recorded.items():
         if fv[flag].present:
-            if value is not None and value != fv[flag].value:
+            given = statistic(fv[flag].value) if flag == "decoder" else fv[flag].value
+            if value is not None and value != given:
                 _conflict(fv, where, f"{flag}={value}", value, f"--{flag}={fv[flag].value} was given")
-            chosen[flag] = fv[flag].value
+            chosen[flag] = given
         else:
-            chosen[flag] = defaults[flag] if value is None else value
+            chosen[flag] = statistic(defaults[flag]) if value is None and flag == "decoder" else \
+                defaults[flag] if value is None else value
     decoder = chosen["decoder"]
     return decoder, decoders.WatermarkDecoder.from_name(decoder, chosen["synthid_layers"]).num_layers, \
         chosen["context_width"]
@@ -330,10 +335,11 @@ def _build(fv, spec: DetectorSpec, decoder: str, provenance, draft_fraction: Opt
     from wmspec_jax import detect
 
     if spec.loaded is not None:
-        return spec.loaded if spec.loaded.decoder == decoder else None
-    name = detect.DEFAULTS[decoder] if spec.name == "auto" else spec.name
+        return spec.loaded if spec.loaded.provenance.decoder == decoder else None
+    family = provenance.family
+    name = detect.DEFAULTS[family] if spec.name == "auto" else spec.name
     entry = detect.registry.entry(name)
-    if entry.decoder != decoder:
+    if entry.decoder != family:
         return None
     options = {}
     if "tau" in entry.options and fv.tau is not None:
@@ -415,7 +421,7 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     detectors = [(spec, d) for spec in specs
                  if (d := _build(fv, spec, decoder, settings, draft_fraction)) is not None]
     if not detectors:
-        usable = [n for n in detect.registry.names(decoder, buildable=True) if not detect.registry.entry(n).needs_source]
+        usable = [n for n in detect.registry.names(settings.family, buildable=True) if not detect.registry.entry(n).needs_source]
         raise InputError(f"no --detector applies to {decoder} texts ({items[0].where}, ...): add one of "
                          f"{', '.join(usable)} or a saved file")
     scorable = [it for it in items if len(it.ids) > h]

@@ -40,6 +40,10 @@ SECRET_FLAGS = {
     "secret_file": "file holding the watermark secret (its text, surrounding whitespace removed)",
 }
 
+DECODER_NAMES = ("gumbel", "synthid", "synthid_limit", "inverse_transform", "dipmark", "gamma_reweight")
+"""The names --decoder and a line's 'decoder' take (``wmspec_jax.decoders.DECODER_NAMES``, written out so
+that --help imports no JAX)."""
+
 
 def define_secret_flags(fv: flags.FlagValues = flags.FLAGS, *, demo_flag: bool = False) -> None:
     """``--secret_env`` and ``--secret_file`` (and, with ``demo_flag``, ``--demo_secret``)."""

@@ -85,8 +85,10 @@ def define_flags(fv: flags.FlagValues) -> None:
                       flag_values=fv)
     flags.DEFINE_integer("lookahead", 3, "K drafts per step (speculative methods; 0 for basic / plain)",
                          lower_bound=0, flag_values=fv)
-    flags.DEFINE_enum("decoder", "gumbel", ["gumbel", "synthid"], "watermark decoder", flag_values=fv)
+    flags.DEFINE_enum("decoder", "gumbel", list(cli_flags.DECODER_NAMES), "watermark decoder (gamma_reweight: "
+                      "DiPmark with alpha 1/2)", flag_values=fv)
     flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
+    flags.DEFINE_float("dipmark_alpha", 0.45, "DiPmark's alpha in [0, 1/2] (--decoder=dipmark)", flag_values=fv)
     flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
                          lower_bound=1, flag_values=fv)
     flags.DEFINE_float("temperature", 1.0, "sampling temperature of P and Q", lower_bound=0.0, flag_values=fv)
@@ -125,13 +127,19 @@ def _secret(fv, stderr) -> Optional[keys.Secret]:
         raise InputError(str(e)) from None
 
 
+def _decoder(fv):
+    from wmspec_jax import decoders
+
+    return decoders.WatermarkDecoder.from_name(fv.decoder, fv.synthid_layers, fv.dipmark_alpha)
+
+
 def _config(fv, pair):
     from wmspec_jax import decoders, speculative
 
     method = speculative.METHODS[fv.method]
     k = fv.lookahead if (method.speculative or fv["lookahead"].present) else 0
     return speculative.SpeculativeConfig(
-        method=fv.method, decoder=decoders.WatermarkDecoder.from_name(fv.decoder, fv.synthid_layers), lookahead=k,
+        method=fv.method, decoder=_decoder(fv), lookahead=k,
         max_new_tokens=fv.max_new_tokens, temperature=fv.temperature, top_k=fv.top_k or None,
         context_width=fv.context_width, eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id)
 
@@ -189,6 +197,7 @@ def _settings_record(fv, pair, secret, config) -> dict:
     """The settings every output line carries (a resumed run must keep them)."""
     return {"method": fv.method, "lookahead": config.lookahead, "decoder": fv.decoder,
             "synthid_layers": config.decoder.num_layers or None,
+            "dipmark_alpha": config.decoder.alpha if config.decoder.kind == "dipmark" else None,
             "context_width": fv.context_width, "temperature": fv.temperature, "top_k": fv.top_k or None,
             "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
             "tokenizer": fv.target, "seed": fv.seed,
@@ -220,8 +229,10 @@ def _check_sizes(fv, num_texts: int) -> None:
     if method.speculative and fv.lookahead > min(fv.max_new_tokens, speculative.MAX_LOOKAHEAD):
         raise InputError(f"--lookahead={fv.lookahead} exceeds --max_new_tokens={fv.max_new_tokens} or "
                          f"{speculative.MAX_LOOKAHEAD}: a step drafts K tokens one forward at a time")
+    if fv.decoder == "dipmark" and not 0.0 <= fv.dipmark_alpha <= 0.5:
+        raise InputError(f"--dipmark_alpha={fv.dipmark_alpha} must lie in [0, 1/2]")
     try:
-        decoders.WatermarkDecoder.from_name(fv.decoder, fv.synthid_layers)
+        _decoder(fv)
     except ValueError:
         raise InputError(f"--synthid_layers={fv.synthid_layers} exceeds {decoders.MAX_SYNTHID_LAYERS}") from None
     if fv.context_width > prf.MAX_CONTEXT_WIDTH:

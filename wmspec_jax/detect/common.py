@@ -79,7 +79,8 @@ class Detector(abc.ABC):
 
     Class attributes:
       kind: the name in saved files (``"ars_tau"``, ``"bayes"``, ...).
-      decoder: ``"gumbel"`` or ``"synthid"``.
+      decoder: the family of statistics it scores, ``"gumbel"`` or ``"synthid"``
+        (:attr:`.provenance.Provenance.family`; a detector's provenance names the decoder).
       calibrated: its p-values are exact / calibrated (False: Bayesian
         log-odds, threshold them on negatives).
       needs_source: scoring needs the generation records' token sources
@@ -178,7 +179,7 @@ def fitted_provenance(source, decoder: str, context_width: Optional[int] = None,
     if prov is None:
         h = prf.DEFAULT_CONTEXT_WIDTH if context_width is None else prf.check_context_width(context_width)
         return Provenance(decoder, int(num_layers), h)
-    if prov.decoder != decoder:
+    if prov.family != decoder:
         raise ProvenanceMismatch(f"a {decoder} detector cannot be fitted on {prov.decoder} statistics")
     if context_width is not None and int(context_width) != prov.context_width:
         raise ProvenanceMismatch(f"context_width={context_width} given, but the statistics were computed with "

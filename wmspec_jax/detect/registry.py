@@ -50,7 +50,8 @@ class Entry:
 
     Attributes:
       name: the user-facing name.
-      decoder: ``"gumbel"`` or ``"synthid"``.
+      decoder: the family of statistics it scores: ``"gumbel"`` (one uniform per token and
+        stream: Gumbel-max, inverse transform, DiPmark) or ``"synthid"``.
       summary: one line for help texts.
       build: makes the detector from a provenance and options (None: it must
         be fitted — pass a saved file).
@@ -109,11 +110,12 @@ ENTRIES = {e.name: e for e in _entries()}
 """Name -> :class:`Entry`."""
 
 DEFAULTS = {"gumbel": "ars-prior", "synthid": "synthid-mean"}
-"""The default detector of each decoder (module doc)."""
+"""The default detector of each family of statistics (module doc)."""
 
 
 def names(decoder: Optional[str] = None, *, buildable: Optional[bool] = None) -> list:
-    """Registered names, optionally of one decoder and only those buildable from settings (or only trained)."""
+    """Registered names, optionally of one family (``"gumbel"`` / ``"synthid"``) and only those buildable
+    from settings (or only trained)."""
     return [n for n, e in ENTRIES.items() if (decoder is None or e.decoder == decoder)
             and (buildable is None or buildable != e.trained)]
 
@@ -143,7 +145,7 @@ def make(name: str, provenance, **options):
     e = entry(name)
     if not isinstance(provenance, Provenance):
         raise TypeError(f"expected a Provenance, got {type(provenance).__name__}")
-    if provenance.decoder != e.decoder:
+    if provenance.family != e.decoder:
         raise ValueError(f"detector {name!r} is a {e.decoder} detector; the statistics are {provenance.decoder}")
     if e.trained:
         raise ValueError(f"detector {name!r} is fitted on training data: load a saved one "

@@ -8,6 +8,16 @@ module recomputes
 * Gumbel-max: y^D_t, y^T_t — the draft-stream and target-stream uniforms
   U_{w_t} of the emitted token w_t (Eq. 2) — and the acceptance uniform u_t
   of the ACCEPT stream (Alg. 1 line 6);
+* the other decoders scored by the same detectors (one U(0, 1) value per
+  token and stream under the null, large under the watermark):
+  DiPmark / γ-reweight: y = U_{w_t}, the emitted token's key in the order of
+  π (the reweighting moves mass to the end of π); inverse transform: the
+  alignment value y = 1 − P(|U − η| ≤ |u − η|) for η = U_{w_t} and u the
+  stream's position uniform (the token's place in π and u agree under the
+  watermark; under the null u is independent of η, so y is exactly uniform).
+  Kuditipudi et al. (2023) score the alignment cost Σ |u − η| over shifts of a
+  key sequence; with keys from the context there is no shift to search, and
+  the per-token null probability turns the cost into a uniform;
 * SynthID: the g-values g^D_t, g^T_t ∈ {0, 1}^m of the emitted token under
   both streams (Eq. 3-4) and u_t;
 
@@ -42,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import context, keys as keys_lib, prf, validation
+from wmspec_jax import context, decoders, keys as keys_lib, prf, validation
 from wmspec_jax.detect.provenance import Provenance, merge
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET  # noqa: F401
 
@@ -220,8 +230,21 @@ def check_source(source, shape) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnames=("width", "num_layers"))
-def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int):
+def alignment_value(eta: jax.Array, u: jax.Array) -> jax.Array:
+    """Inverse transform's per-token statistic: 1 − P(|U − η| ≤ |u − η|) for U ~ U(0, 1), float32[...].
+
+    Uniform on (0, 1) when u is a uniform independent of η (the null); near 1 when u and the token's
+    place η in π agree (the watermark). Kept inside [2^-25, 1 − 2^-25] so that log y and log(1 − y)
+    stay finite, as for the PRF's uniforms.
+    """
+    d = jnp.abs(u - eta)
+    inside = jnp.minimum(eta + d, 1.0) - jnp.maximum(eta - d, 0.0)
+    tiny = jnp.float32(2.0**-25)
+    return 1.0 - jnp.clip(inside, tiny, 1.0 - tiny)
+
+
+@functools.partial(jax.jit, static_argnames=("width", "num_layers", "statistic"))
+def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, statistic: str = decoders.GUMBEL):
     bsz, length = tokens.shape
     mask = context.scored_mask(tokens, lengths, starts, width)
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (bsz, length))
@@ -232,6 +255,9 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int):
     if num_layers == 0:
         draft = prf.token_uniforms(seeds[:, prf.Stream.DRAFT], tokens)
         target = prf.token_uniforms(seeds[:, prf.Stream.TARGET], tokens)
+        if statistic == decoders.INVERSE_TRANSFORM:
+            draft = alignment_value(draft, prf.position_uniforms(seeds[:, prf.Stream.DRAFT]))
+            target = alignment_value(target, prf.position_uniforms(seeds[:, prf.Stream.TARGET]))
     else:
         draft = prf.token_gbits(seeds[:, prf.Stream.DRAFT], tokens, num_layers)
         target = prf.token_gbits(seeds[:, prf.Stream.TARGET], tokens, num_layers)
@@ -246,8 +272,9 @@ def statistics_provenance(key, decoder: str, num_layers: int = 0,
 
 
 def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None,
-                      context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> GumbelStats:
-    """(y^D_t, y^T_t, u_t) and the scored mask of a batch of texts (Gumbel-max).
+                      context_width: int = prf.DEFAULT_CONTEXT_WIDTH, decoder=None) -> GumbelStats:
+    """(y^D_t, y^T_t, u_t) and the scored mask of a batch of texts (Gumbel-max, or another decoder
+    whose statistic is one uniform per token and stream).
 
     Args:
       tokens: int[B, L] token ids (prompt + text when the prompt is known).
@@ -257,17 +284,22 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
         stream words uint32[3, 2] / [B, 3, 2].
       vocab_size: V (required, see :func:`check_texts`).
       lengths, starts, context_width: see :func:`check_texts`.
+      decoder: the generator's :class:`~wmspec_jax.decoders.WatermarkDecoder` (default Gumbel-max);
+        any of the ``"gumbel"`` family (module doc).
 
     Returns:
       :class:`GumbelStats` with their provenance. Cost: one context hash per
       stream and one token hash per statistic and position — O(B L), no
       vocabulary loop.
     """
+    decoder = decoders.gumbel() if decoder is None else decoder
+    if decoder.family != decoders.GUMBEL:
+        raise ValueError(f"{decoder.label} texts are scored with synthid_statistics, not gumbel_statistics")
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
     yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
-                                  width=int(context_width), num_layers=0)
-    prov = statistics_provenance(key, "gumbel", 0, context_width)
+                                  width=int(context_width), num_layers=0, statistic=decoder.statistic)
+    prov = statistics_provenance(key, decoder.statistic, 0, context_width)
     return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 
 
@@ -463,13 +495,14 @@ def concat_source(sources, length: int) -> np.ndarray:
 
 
 _BY_FAMILY = {
-    "gumbel": lambda tokens, keys, decoder, **kw: gumbel_statistics(tokens, keys, **kw),
+    "gumbel": lambda tokens, keys, decoder, **kw: gumbel_statistics(tokens, keys, decoder=decoder, **kw),
     "synthid": lambda tokens, keys, decoder, **kw: synthid_statistics(tokens, keys, decoder.num_layers, **kw),
 }
 
 
 def statistics(decoder, tokens, keys, **kwargs):
     """The statistics detection scores texts of ``decoder`` (a
-    :class:`~wmspec_jax.decoders.WatermarkDecoder`) with: its family's (:func:`gumbel_statistics`, or
-    :func:`synthid_statistics` with m = ``decoder.num_layers``); ``kwargs`` as theirs."""
+    :class:`~wmspec_jax.decoders.WatermarkDecoder`) with: its family's (:func:`gumbel_statistics` with
+    the decoder's uniform statistic, or :func:`synthid_statistics` with m = ``decoder.num_layers``);
+    ``kwargs`` as theirs."""
     return _BY_FAMILY[decoder.family](tokens, keys, decoder, **kwargs)

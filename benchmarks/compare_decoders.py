@@ -1,0 +1,99 @@
+r"""Every decoder under every watermarking method on the exact toy pair: speed and detection side by side.
+
+For each decoder (Gumbel-max, SynthID, inverse transform, DiPmark, γ-reweight) and method (``basic``,
+``dathathri`` — the dual-key speculative watermark inference engines deploy: draft stream ζ^D as one
+key, residual and bonus stream ζ^T as the other, true-random acceptance — and Alg. 1, ``pseudorandom``),
+it generates ``--num_texts`` texts of the exact Markov toy pair (``wmspec_jax.toy``: P and Q known, V =
+``--vocab_size``), each under its own key, and reports
+
+* tokens per step (AATPS; the basic watermark makes one token per step);
+* TPR at 1 % FPR from exact p-values: for the uniform-statistic decoders Ars-τ (τ = 1/2, Eq. 11: it
+  reads Alg. 1's acceptance u), Ars-Prior (p = 1/2, Eq. 12), the target stream alone, and the Oracle
+  (the records' true sources: an upper bound no text-only detector reaches); for SynthID the mean test;
+* the same detectors' FPR on ``--num_texts`` standard-method (unwatermarked) texts of the same models.
+
+  python -m benchmarks.compare_decoders --num_texts=2000 --max_new_tokens=32 --output=/tmp/decoders.json
+
+The toy pair has far less entropy per token than a language model, so the absolute TPRs are low; the
+comparison between decoders and methods is the point. Writes ``--output`` (JSON) atomically.
+"""
+
+import time
+
+import jax
+import numpy as np
+from absl import app, flags
+
+from wmspec_jax import decoders, detect, prf, speculative, storage, toy
+
+flags.DEFINE_integer("num_texts", 2000, "texts per (decoder, method)", lower_bound=100)
+flags.DEFINE_integer("max_new_tokens", 32, "tokens per text", lower_bound=8)
+flags.DEFINE_integer("vocab_size", 16, "toy vocabulary", lower_bound=4)
+flags.DEFINE_float("tv", 0.3, "total variation between the toy draft and target")
+flags.DEFINE_float("temperature", 0.7, "temperature of P and Q")
+flags.DEFINE_integer("lookahead", 3, "K of the speculative methods", lower_bound=1)
+flags.DEFINE_integer("synthid_layers", 30, "SynthID's m", lower_bound=1)
+flags.DEFINE_list("decoders", ["gumbel", "synthid", "inverse_transform", "dipmark", "gamma_reweight"],
+                  "decoder names")
+flags.DEFINE_list("methods", ["basic", "dathathri", "pseudorandom"], "watermarking methods")
+flags.DEFINE_string("output", None, "JSON file for the results")
+FLAGS = flags.FLAGS
+
+ALPHA = 0.01
+PROMPT_LENGTH = 4
+
+
+def _generate(method, decoder, tag, seed, p_tab, q_tab):
+    n, v = FLAGS.num_texts, FLAGS.vocab_size
+    k = 0 if method in ("basic", "plain") else FLAGS.lookahead
+    cfg = speculative.SpeculativeConfig(method=method, decoder=decoder, lookahead=k,
+                                        max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature)
+    prompts = np.random.default_rng(seed).integers(0, v, size=(n, PROMPT_LENGTH))
+    keys = prf.stream_keys([f"{tag}-{i}" for i in range(n)])
+    model = toy.markov_model(v)
+    res = speculative.generate(model, toy.log_table(p_tab), prompts, np.full(n, PROMPT_LENGTH), keys,
+                               jax.random.key(seed), cfg, draft=model, draft_params=toy.log_table(q_tab))
+    return res, keys
+
+
+def _pvalues(decoder, res, keys):
+    rec = detect.records_from_generation(res)
+    st = detect.statistics(decoder, rec.tokens, keys, lengths=rec.lengths, starts=rec.starts,
+                           vocab_size=FLAGS.vocab_size)
+    if decoder.family == decoders.SYNTHID:
+        return {"synthid-mean": np.asarray(detect.make("synthid-mean", st.provenance).score(st).pvalue)}
+    return {"ars-tau": np.asarray(detect.score_ars_tau(st, 0.5).pvalue),
+            "ars-prior": np.asarray(detect.score_ars_prior(st, 0.5, jax.random.key(0)).pvalue),
+            "single": np.asarray(detect.score_single(st).pvalue),
+            "oracle": np.asarray(detect.score_oracle(st, rec.source).pvalue)}
+
+
+def main(argv):
+    del argv
+    p_tab, q_tab = toy.markov_pair(FLAGS.vocab_size, FLAGS.tv, concentration=1.0, seed=0)
+    rows = []
+    for name in FLAGS.decoders:
+        decoder = decoders.WatermarkDecoder.from_name(name, FLAGS.synthid_layers)
+        neg, neg_keys = _generate("standard", decoder, f"neg-{name}", 100, p_tab, q_tab)
+        fpr = {d: float(np.mean(p <= ALPHA)) for d, p in _pvalues(decoder, neg, neg_keys).items()}
+        for i, method in enumerate(FLAGS.methods):
+            t0 = time.perf_counter()
+            res, keys = _generate(method, decoder, f"{method}-{name}", i, p_tab, q_tab)
+            tpr = {d: float(np.mean(p <= ALPHA)) for d, p in _pvalues(decoder, res, keys).items()}
+            steps = np.asarray(res.num_steps, np.float64)
+            new = np.asarray(res.lengths - res.prompt_lengths, np.float64)
+            rows.append({"decoder": decoder.name, "label": decoder.label, "method": method,
+                         "tokens_per_step": float(new.sum() / steps.sum()), "tpr_at_1pct": tpr,
+                         "fpr_at_1pct_standard": fpr, "seconds": time.perf_counter() - t0})
+            r = rows[-1]
+            print(f"{r['label']:18s} {method:13s} AATPS {r['tokens_per_step']:.2f}  TPR@1% "
+                  + "  ".join(f"{d} {v:.3f}" for d, v in tpr.items()) + "  FPR(standard) "
+                  + "  ".join(f"{d} {v:.3f}" for d, v in fpr.items()), flush=True)
+    if FLAGS.output:
+        settings = {f: FLAGS[f].value for f in ("num_texts", "max_new_tokens", "vocab_size", "tv", "temperature",
+                                                "lookahead", "synthid_layers")}
+        storage.atomic_write_json(FLAGS.output, {"settings": settings, "rows": rows})
+
+
+if __name__ == "__main__":
+    app.run(main)
