@@ -12,6 +12,9 @@ it generates ``--num_texts`` texts of the exact Markov toy pair (``wmspec_jax.to
   (the records' true sources: an upper bound no text-only detector reaches); for SynthID the mean test;
 * the same detectors' FPR on ``--num_texts`` standard-method (unwatermarked) texts of the same models.
 
+``--draft_target`` adds rows where the draft stream has its own decoder
+(``SpeculativeConfig.draft_decoder``), each stream scored with its decoder's statistic.
+
   python -m benchmarks.compare_decoders --num_texts=2000 --max_new_tokens=32 --output=/tmp/decoders.json
 
 The toy pair has far less entropy per token than a language model, so the absolute TPRs are low; the
@@ -36,6 +39,9 @@ flags.DEFINE_integer("synthid_layers", 30, "SynthID's m", lower_bound=1)
 flags.DEFINE_list("decoders", ["gumbel", "synthid", "inverse_transform", "dipmark", "gamma_reweight"],
                   "decoder names")
 flags.DEFINE_list("methods", ["basic", "dathathri", "pseudorandom"], "watermarking methods")
+flags.DEFINE_list("draft_target", ["gumbel:inverse_transform", "gumbel:dipmark"],
+                  "DRAFT:TARGET decoder pairs run with a draft decoder of their own (the methods that watermark "
+                  "the draft)")
 flags.DEFINE_string("output", None, "JSON file for the results")
 FLAGS = flags.FLAGS
 
@@ -43,10 +49,10 @@ ALPHA = 0.01
 PROMPT_LENGTH = 4
 
 
-def _generate(method, decoder, tag, seed, p_tab, q_tab):
+def _generate(method, decoder, tag, seed, p_tab, q_tab, draft_decoder=None):
     n, v = FLAGS.num_texts, FLAGS.vocab_size
     k = 0 if method in ("basic", "plain") else FLAGS.lookahead
-    cfg = speculative.SpeculativeConfig(method=method, decoder=decoder, lookahead=k,
+    cfg = speculative.SpeculativeConfig(method=method, decoder=decoder, lookahead=k, draft_decoder=draft_decoder,
                                         max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature)
     prompts = np.random.default_rng(seed).integers(0, v, size=(n, PROMPT_LENGTH))
     keys = prf.stream_keys([f"{tag}-{i}" for i in range(n)])
@@ -56,10 +62,10 @@ def _generate(method, decoder, tag, seed, p_tab, q_tab):
     return res, keys
 
 
-def _pvalues(decoder, res, keys):
+def _pvalues(decoder, res, keys, draft_decoder=None):
     rec = detect.records_from_generation(res)
     st = detect.statistics(decoder, rec.tokens, keys, lengths=rec.lengths, starts=rec.starts,
-                           vocab_size=FLAGS.vocab_size)
+                           vocab_size=FLAGS.vocab_size, draft_decoder=draft_decoder)
     if decoder.family == decoders.SYNTHID:
         return {"synthid-mean": np.asarray(detect.make("synthid-mean", st.provenance).score(st).pvalue)}
     return {"ars-tau": np.asarray(detect.score_ars_tau(st, 0.5).pvalue),
@@ -72,17 +78,25 @@ def main(argv):
     del argv
     p_tab, q_tab = toy.markov_pair(FLAGS.vocab_size, FLAGS.tv, concentration=1.0, seed=0)
     rows = []
-    for name in FLAGS.decoders:
+    plans = [(None, name, FLAGS.methods) for name in FLAGS.decoders]
+    for pair in FLAGS.draft_target:
+        draft_name, _, target_name = pair.partition(":")
+        plans.append((draft_name, target_name, [m for m in FLAGS.methods if speculative.METHODS[m].watermark_draft]))
+    for draft_name, name, methods in plans:
         decoder = decoders.WatermarkDecoder.from_name(name, FLAGS.synthid_layers)
+        draft = None if draft_name is None else decoders.WatermarkDecoder.from_name(draft_name, FLAGS.synthid_layers)
         neg, neg_keys = _generate("standard", decoder, f"neg-{name}", 100, p_tab, q_tab)
-        fpr = {d: float(np.mean(p <= ALPHA)) for d, p in _pvalues(decoder, neg, neg_keys).items()}
-        for i, method in enumerate(FLAGS.methods):
+        fpr = {d: float(np.mean(p <= ALPHA)) for d, p in _pvalues(decoder, neg, neg_keys, draft).items()}
+        for i, method in enumerate(methods):
             t0 = time.perf_counter()
-            res, keys = _generate(method, decoder, f"{method}-{name}", i, p_tab, q_tab)
-            tpr = {d: float(np.mean(p <= ALPHA)) for d, p in _pvalues(decoder, res, keys).items()}
+            tag = f"{method}-{name}" + ("" if draft is None else f"-draft-{draft.name}")
+            res, keys = _generate(method, decoder, tag, i, p_tab, q_tab, draft)
+            tpr = {d: float(np.mean(p <= ALPHA)) for d, p in _pvalues(decoder, res, keys, draft).items()}
             steps = np.asarray(res.num_steps, np.float64)
             new = np.asarray(res.lengths - res.prompt_lengths, np.float64)
-            rows.append({"decoder": decoder.name, "label": decoder.label, "method": method,
+            label = decoder.label if draft is None else f"{draft.label} draft, {decoder.label} target"
+            rows.append({"decoder": decoder.name, "draft_decoder": None if draft is None else draft.name,
+                         "label": label, "method": method,
                          "tokens_per_step": float(new.sum() / steps.sum()), "tpr_at_1pct": tpr,
                          "fpr_at_1pct_standard": fpr, "seconds": time.perf_counter() - t0})
             r = rows[-1]

@@ -110,6 +110,7 @@ def test_a_method_without_a_watermark_needs_no_key_and_says_so(files, monkeypatc
     (["--decoder=synthid", "--synthid_layers=1000000000"], "--synthid_layers=1000000000 exceeds 256"),
     (["--context_width=1000"], "--context_width=1000 exceeds 64"),
     (["--decoder=dipmark", "--dipmark_alpha=0.7"], "--dipmark_alpha=0.7 must lie in [0, 1/2]"),
+    (["--method=basic", "--draft_decoder=gumbel"], "--method=basic draws no watermarked draft token"),
 ])
 def test_sizes_that_cannot_be_right_are_refused_before_any_model_loads(files, flags, message):
     _, key, prompts = files
@@ -133,6 +134,17 @@ def test_a_decoder_beyond_the_paper_is_recorded_and_detected_with_its_own_statis
     assert res["provenance"]["decoder"] == "dipmark" and res["num_scored"] > 10 and res["log10_pvalue"] <= 0
     rc, _, err = call(cli_detect, [str(out), key, "--decoder=gumbel"])
     assert rc == 2 and "decoder" in err, err
+    # a line whose draft stream had its own decoder is scored with both statistics; one that cannot be is refused
+    for draft, expect in (("gumbel", 0), ("synthid", 2)):
+        mixed = tmp_path / f"mixed-{draft}.jsonl"
+        mixed.write_text(json.dumps(dict(line, draft_decoder=draft)) + "\n")
+        rc, stdout, err = call(cli_detect, [str(mixed), key, "--format=json"])
+        assert rc == expect, err
+        if expect == 0:
+            (res,) = lines(stdout)
+            assert (res["provenance"]["decoder"], res["provenance"]["draft_decoder"]) == ("dipmark", "gumbel")
+        else:
+            assert "cannot be scored together" in err
 
 
 def test_secrets_are_normalised_and_weak_ones_refused(files, tmp_path, monkeypatch):

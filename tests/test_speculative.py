@@ -99,6 +99,39 @@ def test_thm41_for_the_decoders_beyond_the_paper(method, k, top_k, decoder):
                                    f"{method}/{decoder.name} acceptance")
 
 
+@pytest.mark.parametrize("draft_decoder,decoder,top_k", [(GUMBEL, SYNTH, None), (DIPMARK, INVERSE, 2)],
+                         ids=["gumbel-draft-synthid-target", "dipmark-draft-inverse-target-top2"])
+def test_thm41_with_different_decoders_for_draft_and_target(draft_decoder, decoder, top_k):
+    """A draft stream with its own unbiased decoder keeps Alg. 1's law P and acceptance rate 1 − TV, and the
+    drafts are the draft decoder's tokens."""
+    res = run("pseudorandom", 2, decoder, n=10_000, top_k=top_k, draft_decoder=draft_decoder)
+    p_tab, q_tab = (P_TAB, Q_TAB) if top_k is None else (_top_k_table(P_TAB, top_k), _top_k_table(Q_TAB, top_k))
+    toks = generated(res, 3)
+    counts = np.bincount(toks[:, 0] * V * V + toks[:, 1] * V + toks[:, 2], minlength=V**3)
+    probs = toy.sequence_probs(p_tab, PROMPT[-1], 3).ravel()
+    assert counts[probs == 0].sum() == 0
+    stats.assert_counts_match(counts[probs > 0], probs[probs > 0], f"{draft_decoder.name} draft / {decoder.name}")
+    first = np.asarray(res.source[:, len(PROMPT)])
+    tv = 0.5 * np.abs(p_tab[PROMPT[-1]] - q_tab[PROMPT[-1]]).sum()
+    stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - tv, "acceptance")
+    # the first draft and its acceptance depend on ζ^D, ζ^R and the draft decoder only: the same as when
+    # the draft decoder is also the target's
+    alone = run("pseudorandom", 2, draft_decoder, n=10_000, top_k=top_k)
+    assert np.array_equal(np.asarray(alone.source[:, len(PROMPT)]), first)
+    drafted = first == speculative.SOURCE_DRAFT
+    assert np.array_equal(toks[drafted, 0], generated(alone, 1)[drafted, 0])
+
+
+def test_a_draft_decoder_needs_a_watermarked_draft():
+    cfg = SpeculativeConfig(method="pseudorandom", decoder=SYNTH, draft_decoder=decoders.WatermarkDecoder("synthid", 4))
+    assert cfg.draft_decoder is None and cfg.draft_stream_decoder == SYNTH  # the same decoder: stored as None
+    assert SpeculativeConfig(method="hu", draft_decoder=INVERSE).draft_stream_decoder == INVERSE
+    with pytest.raises(ValueError, match="draws no watermarked draft"):
+        SpeculativeConfig(method="standard", draft_decoder=INVERSE)
+    with pytest.raises(TypeError, match="draft_decoder"):
+        SpeculativeConfig(method="pseudorandom", draft_decoder="gumbel")
+
+
 def test_chi_square_has_power_against_the_draft():
     """Negative control: the draft's own samples are rejected as P's."""
     cfg = SpeculativeConfig(method="plain", lookahead=0, max_new_tokens=3)

@@ -56,7 +56,8 @@ class SpeculativeConfig:
 
     Attributes:
       method: one of :data:`METHODS`.
-      decoder: the watermark decoder (Gumbel-max or SynthID(m)).
+      decoder: the watermark decoder (:class:`~wmspec_jax.decoders.WatermarkDecoder`) of the target
+        stream ζ^T: residual and bonus tokens, and every token of ``basic``.
       lookahead: K drafts per step (must be 0 for ``plain``/``basic``).
       max_new_tokens: per-row budget of generated tokens.
       temperature: > 0, or 0 for greedy; applied to P and Q alike. At 0 every
@@ -69,6 +70,11 @@ class SpeculativeConfig:
         of stop ids (e.g. the end-of-turn token and ``<|endoftext|>``); None:
         never.
       pad_id: filler after each row's end in the returned buffer.
+      draft_decoder: the decoder of the draft stream ζ^D when it differs from ``decoder`` (beyond the
+        paper: e.g. a Gumbel-max draft under a SynthID target); None (default) or ``decoder`` itself
+        means the same decoder (stored as None). Only for methods that watermark the draft (``hu``,
+        ``dathathri``, ``pseudorandom``). Each token's record says which stream it came from, and
+        detection scores each stream with its decoder's statistic (``docs/decoders.md``).
 
     NumPy integer / float scalars are accepted and stored as Python numbers.
     """
@@ -82,6 +88,7 @@ class SpeculativeConfig:
     context_width: int = prf.DEFAULT_CONTEXT_WIDTH
     eos_id: Optional[Union[int, tuple]] = None
     pad_id: int = 0
+    draft_decoder: Optional[decoders.WatermarkDecoder] = None
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -110,6 +117,14 @@ class SpeculativeConfig:
         fix("pad_id", _int_setting("pad_id", self.pad_id, 0))
         if not isinstance(self.decoder, decoders.WatermarkDecoder):
             raise TypeError("decoder must be a wmspec_jax.decoders.WatermarkDecoder")
+        if self.draft_decoder is not None:
+            if not isinstance(self.draft_decoder, decoders.WatermarkDecoder):
+                raise TypeError("draft_decoder must be a wmspec_jax.decoders.WatermarkDecoder or None")
+            if self.draft_decoder == self.decoder:
+                fix("draft_decoder", None)
+            elif not spec.watermark_draft:
+                raise ValueError(f"method {self.method!r} draws no watermarked draft token: a draft_decoder "
+                                 "needs hu, dathathri or pseudorandom")
         if self.temperature == 0 and spec.watermarks:
             warnings.warn(
                 f"method {self.method!r} at temperature 0: every distribution is one-hot, so no watermark "
@@ -123,6 +138,11 @@ class SpeculativeConfig:
         return self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
 
     @property
+    def draft_stream_decoder(self) -> decoders.WatermarkDecoder:
+        """The decoder of the draft stream ζ^D: ``draft_decoder``, else ``decoder``."""
+        return self.decoder if self.draft_decoder is None else self.draft_decoder
+
+    @property
     def spec(self) -> Method:
         """The static :class:`~wmspec_jax.methods.Method` description."""
         return METHODS[self.method]
@@ -132,7 +152,7 @@ class SpeculativeConfig:
         return stages.Static(
             method=self.spec, decoder=self.decoder, lookahead=self.lookahead, temperature=self.temperature,
             top_k=self.top_k, context_width=self.context_width, max_new_tokens=self.max_new_tokens,
-            stop_ids=self.stop_ids)
+            stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder)
 
 
 class GenerationResult(NamedTuple):

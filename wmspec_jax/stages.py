@@ -68,6 +68,7 @@ class Static:
       context_width: h.
       max_new_tokens: per-row budget.
       stop_ids: stop a row after any of these tokens (empty: never).
+      draft_decoder: the decoder of the draft stream ζ^D (None: ``decoder``).
     """
 
     method: methods.Method
@@ -78,6 +79,7 @@ class Static:
     context_width: int
     max_new_tokens: int
     stop_ids: tuple = ()
+    draft_decoder: Optional[decoders.WatermarkDecoder] = None
 
     def process(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
         """Candidates of float32[..., V] logits and the NaN / +inf flag per distribution."""
@@ -218,7 +220,8 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
         fresh = _is_new_context(st, tokens, pos, inputs) if need_fresh else jnp.zeros(n.shape, bool)
         seeds = _seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
         index, watermarked = sampling.draw(
-            st.decoder, weights, q.ids, seeds, sampling.true_uniforms(inputs.words, pos, sampling.PURPOSE_DRAFT),
+            st.decoder if st.draft_decoder is None else st.draft_decoder, weights, q.ids, seeds,
+            sampling.true_uniforms(inputs.words, pos, sampling.PURPOSE_DRAFT),
             fresh if method.watermark_draft else None)
         token = candidates.token_ids(q, index)
         tokens = set_at(tokens, pos, token)

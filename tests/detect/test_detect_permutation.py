@@ -12,7 +12,7 @@ import pytest
 import wmspec_jax.detect as det
 from tests import stats
 from tests.detect import conftest as c
-from wmspec_jax import decoders, prf
+from wmspec_jax import decoders, prf, speculative, toy
 from wmspec_jax.detect import streams
 
 ALPHA = 0.01
@@ -86,3 +86,36 @@ def test_statistics_name_the_decoder_and_refuse_synthid():
     assert det.statistics(gamma, tokens, b"k" * 32, vocab_size=c.VOCAB).provenance.decoder == "dipmark"
     with pytest.raises(ValueError, match="synthid_statistics"):
         det.gumbel_statistics(tokens, b"k" * 32, vocab_size=c.VOCAB, decoder=decoders.WatermarkDecoder("synthid", 4))
+
+
+def test_a_draft_stream_with_its_own_decoder_is_scored_with_its_statistic():
+    """Alg. 1 with a Gumbel-max draft under an inverse-transform target: each stream scored with its own
+    decoder's statistic, exact under a wrong key; the draft stream's own statistic is what finds the
+    accepted drafts."""
+    n = c.BATCH
+    cfg = speculative.SpeculativeConfig(method="pseudorandom", decoder=INVERSE, draft_decoder=decoders.gumbel(),
+                                        lookahead=c.LOOKAHEAD, max_new_tokens=NEW, temperature=TEMPERATURE)
+    prompts = np.random.default_rng(11).integers(0, c.VOCAB, size=(n, c.PROMPT_LEN))
+    keys = c.keys_for("mixed-draft")
+    res = speculative.generate(c.MODEL, toy.log_table(c.P_TAB), prompts, np.full(n, c.PROMPT_LEN), keys,
+                               jax.random.key(11), cfg, draft=c.MODEL, draft_params=toy.log_table(c.Q_TAB))
+    rec = det.records_from_generation(res)
+
+    def stats_under(k, draft_decoder):
+        return det.statistics(INVERSE, rec.tokens, k, draft_decoder=draft_decoder, lengths=rec.lengths,
+                              starts=rec.starts, vocab_size=c.VOCAB)
+
+    mixed = stats_under(keys, decoders.gumbel())
+    assert (mixed.provenance.decoder, mixed.provenance.draft_decoder) == ("inverse_transform", "gumbel")
+    as_one = stats_under(keys, None)  # the draft stream wrongly scored as inverse transform
+    oracle = {name: np.mean(np.asarray(det.score_oracle(st, rec.source).pvalue) <= ALPHA)
+              for name, st in (("mixed", mixed), ("as_one", as_one))}
+    assert oracle["mixed"] > oracle["as_one"] + 0.1, oracle
+    wrong = scores(stats_under(c.keys_for("mixed-wrong"), decoders.gumbel()), 2)
+    for name, p in wrong.items():
+        stats.assert_binomial_rate(int((p <= ALPHA).sum()), p.size, ALPHA, f"mixed draft/{name}, wrong key")
+    with pytest.raises(det.ProvenanceMismatch, match="draft_decoder"):
+        det.make("ars-prior", as_one.provenance).score(mixed, rng=jax.random.key(0))
+    with pytest.raises(ValueError, match="uniform-statistic decoders"):
+        det.statistics(decoders.WatermarkDecoder("synthid", 4), rec.tokens, keys, draft_decoder=decoders.gumbel(),
+                       vocab_size=c.VOCAB)

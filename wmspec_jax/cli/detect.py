@@ -99,6 +99,8 @@ def define_flags(fv: flags.FlagValues) -> None:
                          flag_values=fv)
     flags.DEFINE_enum("decoder", "gumbel", list(DECODERS), "the generator's watermark decoder", flag_values=fv)
     flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
+    flags.DEFINE_enum("draft_decoder", None, list(DECODERS), "the generator's draft-stream decoder when it differs "
+                      "from --decoder", flag_values=fv)
     flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
                          lower_bound=1, flag_values=fv)
     flags.DEFINE_list("detector", ["auto"], "comma-separated registry names (see --help) or saved detector files "
@@ -149,6 +151,7 @@ class Item:
     run: Optional[str]
     index: Optional[int]
     draft_fraction: Optional[float] = None
+    draft_decoder: Optional[str] = None
     result: Optional[dict] = None
 
     @property
@@ -157,7 +160,8 @@ class Item:
 
     @property
     def group(self) -> tuple:
-        return (self.decoder, self.num_layers, self.context_width, self.derivation, self.draft_fraction)
+        return (self.decoder, self.num_layers, self.context_width, self.derivation, self.draft_fraction,
+                self.draft_decoder)
 
 
 def _record_int(record: dict, name: str, where: str, low: int, high: int) -> Optional[int]:
@@ -177,8 +181,9 @@ def _conflict(fv, where: str, what: str, theirs, ours) -> None:
 
 
 def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
-    """(decoder, m, h): the JSONL line > a saved detector > the flags' defaults; a flag given on the
-    command line must agree with the line (or --ignore_provenance, then the flag wins)."""
+    """(decoder, m, h, draft decoder or None): the JSONL line > a saved detector > the flags' defaults; a
+    flag given on the command line must agree with the line (or --ignore_provenance, then the flag wins).
+    Decoders are returned as the statistic detection recomputes (``WatermarkDecoder.statistic``)."""
     from wmspec_jax import decoders
 
     def statistic(name):  # what detection recomputes: synthid_limit scores as synthid, any α as dipmark
@@ -187,7 +192,10 @@ def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
     dec = record.get("decoder")
     if dec is not None and dec not in DECODERS:
         raise InputError(f"{where}: field 'decoder' must be one of {DECODERS}, got {str(dec)[:40]!r}")
-    recorded = {"decoder": statistic(dec),
+    draft = record.get("draft_decoder")
+    if draft is not None and draft not in DECODERS:
+        raise InputError(f"{where}: field 'draft_decoder' must be one of {DECODERS}, got {str(draft)[:40]!r}")
+    recorded = {"decoder": statistic(dec), "draft_decoder": statistic(draft),
                 "synthid_layers": _record_int(record, "synthid_layers", where, 1, decoders.MAX_SYNTHID_LAYERS + 1),
                 "context_width": _record_int(record, "context_width", where, 1, prf.MAX_CONTEXT_WIDTH + 1)}
     if recorded["decoder"] != "synthid":
@@ -195,16 +203,26 @@ def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
     chosen = {}
     for flag, value in recorded.items():
         if fv[flag].present:
-            given = statistic(fv[flag].value) if flag == "decoder" else fv[flag].value
+            named = flag in ("decoder", "draft_decoder")
+            given = statistic(fv[flag].value) if named else fv[flag].value
             if value is not None and value != given:
                 _conflict(fv, where, f"{flag}={value}", value, f"--{flag}={fv[flag].value} was given")
             chosen[flag] = given
+        elif value is None:
+            chosen[flag] = statistic(defaults[flag]) if flag in ("decoder", "draft_decoder") else defaults[flag]
         else:
-            chosen[flag] = statistic(defaults[flag]) if value is None and flag == "decoder" else \
-                defaults[flag] if value is None else value
-    decoder = chosen["decoder"]
+            chosen[flag] = value
+    decoder, draft = chosen["decoder"], chosen["draft_decoder"]
+    if draft == decoder:
+        draft = None
+    if draft is not None and decoders.WatermarkDecoder.from_name(draft).family != \
+            decoders.WatermarkDecoder.from_name(decoder).family:
+        raise InputError(f"{where}: a {draft} draft stream under a {decoder} target stream cannot be scored "
+                         "together (both must be uniform-statistic decoders); pass --draft_decoder="
+                         f"{record.get('decoder') or decoder} --ignore_provenance to score the target stream's decoder "
+                         "on every token")
     return decoder, decoders.WatermarkDecoder.from_name(decoder, chosen["synthid_layers"]).num_layers, \
-        chosen["context_width"]
+        chosen["context_width"], draft
 
 
 def _check_provenance(fv, record: dict, where: str, secret) -> None:
@@ -416,8 +434,8 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     from wmspec_jax import decoders, detect
     from wmspec_jax.detect.provenance import Provenance
 
-    decoder, m, h, derivation, draft_fraction = items[0].group
-    settings = Provenance(decoder, m, h)
+    decoder, m, h, derivation, draft_fraction, draft_decoder = items[0].group
+    settings = Provenance(decoder, m, h, draft_decoder=draft_decoder)
     detectors = [(spec, d) for spec in specs
                  if (d := _build(fv, spec, decoder, settings, draft_fraction)) is not None]
     if not detectors:
@@ -427,7 +445,8 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     scorable = [it for it in items if len(it.ids) > h]
     for it in items:
         if len(it.ids) <= h:  # no position has a full context: nothing to score
-            it.result = _empty_result(fv, detectors, it, _statistics_provenance(secret, it, decoder, m, h))
+            it.result = _empty_result(fv, detectors, it,
+                                      _statistics_provenance(secret, it, decoder, m, h, draft_decoder))
     order = sorted(scorable, key=lambda it: len(it.ids))
     for start in range(0, len(order), fv.batch_size):
         chunk = order[start:start + fv.batch_size]
@@ -438,7 +457,9 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
             tokens[row, : len(it.ids)] = it.ids
         key = _stream_keys(secret, chunk)
         stats = detect.statistics(decoders.WatermarkDecoder.from_name(decoder, max(m, 1)), tokens, key,
-                                  vocab_size=vocab, lengths=lengths, context_width=h)
+                                  vocab_size=vocab, lengths=lengths, context_width=h,
+                                  draft_decoder=None if draft_decoder is None else
+                                  decoders.WatermarkDecoder.from_name(draft_decoder))
         ids = [zlib.crc32(np.asarray(it.ids, np.int32).tobytes()) for it in chunk]
         rngs = detect.text_rngs(fv.seed, ids)
         per_detector = []
@@ -461,10 +482,10 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
             it.result = _line(it, results, stats.provenance)
 
 
-def _statistics_provenance(secret, it: Item, decoder, m, h):
+def _statistics_provenance(secret, it: Item, decoder, m, h, draft_decoder=None):
     from wmspec_jax.detect.provenance import Provenance
 
-    return Provenance(decoder, m, h, prf.PRF_VERSION, secret.fingerprint, it.derivation)
+    return Provenance(decoder, m, h, prf.PRF_VERSION, secret.fingerprint, it.derivation, draft_decoder)
 
 
 def _empty_result(fv, detectors, it: Item, provenance) -> dict:
@@ -606,11 +627,12 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
         print(f"{PROG}: skipped {where}: {why}", file=stderr)
     specs = parse_detectors(fv.detector)
     loaded = [s.loaded for s in specs if s.loaded is not None]
-    defaults = {"decoder": fv.decoder, "synthid_layers": fv.synthid_layers, "context_width": fv.context_width}
+    defaults = {"decoder": fv.decoder, "synthid_layers": fv.synthid_layers, "context_width": fv.context_width,
+                "draft_decoder": fv.draft_decoder}
     if loaded:  # the first saved detector supplies the settings no flag or line gives
         prov = loaded[0].provenance
         defaults = {"decoder": prov.decoder, "synthid_layers": prov.num_layers or fv.synthid_layers,
-                    "context_width": prov.context_width}
+                    "context_width": prov.context_width, "draft_decoder": prov.draft_decoder}
     tokenizer = load_tokenizer(fv.tokenizer)
     vocab = vocab_size(tokenizer)
     t_read = time.perf_counter()
@@ -631,10 +653,10 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
     items = []
     for number, (x, toks) in enumerate(zip(inputs, ids)):
         _check_provenance(fv, x.record, x.where, secret)
-        decoder, m, h = _settings_of(fv, x.record, x.where, defaults)
+        decoder, m, h, draft = _settings_of(fv, x.record, x.where, defaults)
         run, index = _key_of(fv, x.record, x.where, number)
         items.append(Item(number, x.where, x.record, list(toks), offsets[number], decoder, m, h, run, index,
-                          _draft_fraction_of(fv, x.record, x.where)))
+                          _draft_fraction_of(fv, x.record, x.where), draft))
     t_tok = time.perf_counter()
     groups: dict = {}
     for it in items:

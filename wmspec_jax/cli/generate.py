@@ -89,6 +89,9 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "DiPmark with alpha 1/2)", flag_values=fv)
     flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
     flags.DEFINE_float("dipmark_alpha", 0.45, "DiPmark's alpha in [0, 1/2] (--decoder=dipmark)", flag_values=fv)
+    flags.DEFINE_enum("draft_decoder", None, list(cli_flags.DECODER_NAMES), "the draft stream's decoder when it "
+                      "differs from --decoder (hu, dathathri, pseudorandom; m and alpha from the same flags)",
+                      flag_values=fv)
     flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
                          lower_bound=1, flag_values=fv)
     flags.DEFINE_float("temperature", 1.0, "sampling temperature of P and Q", lower_bound=0.0, flag_values=fv)
@@ -133,13 +136,21 @@ def _decoder(fv):
     return decoders.WatermarkDecoder.from_name(fv.decoder, fv.synthid_layers, fv.dipmark_alpha)
 
 
+def _draft_decoder(fv):
+    from wmspec_jax import decoders
+
+    if fv.draft_decoder is None:
+        return None
+    return decoders.WatermarkDecoder.from_name(fv.draft_decoder, fv.synthid_layers, fv.dipmark_alpha)
+
+
 def _config(fv, pair):
     from wmspec_jax import decoders, speculative
 
     method = speculative.METHODS[fv.method]
     k = fv.lookahead if (method.speculative or fv["lookahead"].present) else 0
     return speculative.SpeculativeConfig(
-        method=fv.method, decoder=_decoder(fv), lookahead=k,
+        method=fv.method, decoder=_decoder(fv), draft_decoder=_draft_decoder(fv), lookahead=k,
         max_new_tokens=fv.max_new_tokens, temperature=fv.temperature, top_k=fv.top_k or None,
         context_width=fv.context_width, eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id)
 
@@ -197,7 +208,9 @@ def _settings_record(fv, pair, secret, config) -> dict:
     """The settings every output line carries (a resumed run must keep them)."""
     return {"method": fv.method, "lookahead": config.lookahead, "decoder": fv.decoder,
             "synthid_layers": config.decoder.num_layers or None,
-            "dipmark_alpha": config.decoder.alpha if config.decoder.kind == "dipmark" else None,
+            "dipmark_alpha": next((d.alpha for d in (config.decoder, config.draft_stream_decoder)
+                                   if d.kind == "dipmark"), None),
+            "draft_decoder": None if config.draft_decoder is None else fv.draft_decoder,
             "context_width": fv.context_width, "temperature": fv.temperature, "top_k": fv.top_k or None,
             "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
             "tokenizer": fv.target, "seed": fv.seed,
@@ -229,7 +242,9 @@ def _check_sizes(fv, num_texts: int) -> None:
     if method.speculative and fv.lookahead > min(fv.max_new_tokens, speculative.MAX_LOOKAHEAD):
         raise InputError(f"--lookahead={fv.lookahead} exceeds --max_new_tokens={fv.max_new_tokens} or "
                          f"{speculative.MAX_LOOKAHEAD}: a step drafts K tokens one forward at a time")
-    if fv.decoder == "dipmark" and not 0.0 <= fv.dipmark_alpha <= 0.5:
+    if fv.draft_decoder is not None and not method.watermark_draft:
+        raise InputError(f"--draft_decoder: --method={fv.method} draws no watermarked draft token")
+    if "dipmark" in (fv.decoder, fv.draft_decoder) and not 0.0 <= fv.dipmark_alpha <= 0.5:
         raise InputError(f"--dipmark_alpha={fv.dipmark_alpha} must lie in [0, 1/2]")
     try:
         _decoder(fv)

@@ -243,8 +243,16 @@ def alignment_value(eta: jax.Array, u: jax.Array) -> jax.Array:
     return 1.0 - jnp.clip(inside, tiny, 1.0 - tiny)
 
 
-@functools.partial(jax.jit, static_argnames=("width", "num_layers", "statistic"))
-def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, statistic: str = decoders.GUMBEL):
+def _uniform_statistic(seeds, tokens, statistic: str):
+    y = prf.token_uniforms(seeds, tokens)
+    if statistic == decoders.INVERSE_TRANSFORM:
+        return alignment_value(y, prf.position_uniforms(seeds))
+    return y
+
+
+@functools.partial(jax.jit, static_argnames=("width", "num_layers", "statistic", "draft_statistic"))
+def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, statistic: str = decoders.GUMBEL,
+                draft_statistic: str = decoders.GUMBEL):
     bsz, length = tokens.shape
     mask = context.scored_mask(tokens, lengths, starts, width)
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (bsz, length))
@@ -253,11 +261,8 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, stat
     seeds = prf.context_seeds(keys[:, :, None, :], ctx[:, None])
     u = prf.position_uniforms(seeds[:, prf.Stream.ACCEPT])
     if num_layers == 0:
-        draft = prf.token_uniforms(seeds[:, prf.Stream.DRAFT], tokens)
-        target = prf.token_uniforms(seeds[:, prf.Stream.TARGET], tokens)
-        if statistic == decoders.INVERSE_TRANSFORM:
-            draft = alignment_value(draft, prf.position_uniforms(seeds[:, prf.Stream.DRAFT]))
-            target = alignment_value(target, prf.position_uniforms(seeds[:, prf.Stream.TARGET]))
+        draft = _uniform_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic)
+        target = _uniform_statistic(seeds[:, prf.Stream.TARGET], tokens, statistic)
     else:
         draft = prf.token_gbits(seeds[:, prf.Stream.DRAFT], tokens, num_layers)
         target = prf.token_gbits(seeds[:, prf.Stream.TARGET], tokens, num_layers)
@@ -265,14 +270,16 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, stat
 
 
 def statistics_provenance(key, decoder: str, num_layers: int = 0,
-                          context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> Provenance:
+                          context_width: int = prf.DEFAULT_CONTEXT_WIDTH, draft_decoder=None) -> Provenance:
     """The :class:`.provenance.Provenance` of statistics computed with ``key`` (fingerprint, never the key)."""
     fingerprint, derivation = keys_lib.key_provenance(key)
-    return Provenance(decoder, int(num_layers), int(context_width), prf.PRF_VERSION, fingerprint, derivation)
+    return Provenance(decoder, int(num_layers), int(context_width), prf.PRF_VERSION, fingerprint, derivation,
+                      draft_decoder)
 
 
 def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None,
-                      context_width: int = prf.DEFAULT_CONTEXT_WIDTH, decoder=None) -> GumbelStats:
+                      context_width: int = prf.DEFAULT_CONTEXT_WIDTH, decoder=None, draft_decoder=None
+                      ) -> GumbelStats:
     """(y^D_t, y^T_t, u_t) and the scored mask of a batch of texts (Gumbel-max, or another decoder
     whose statistic is one uniform per token and stream).
 
@@ -286,6 +293,8 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
       lengths, starts, context_width: see :func:`check_texts`.
       decoder: the generator's :class:`~wmspec_jax.decoders.WatermarkDecoder` (default Gumbel-max);
         any of the ``"gumbel"`` family (module doc).
+      draft_decoder: the decoder of the draft stream when generation used another one
+        (``SpeculativeConfig.draft_decoder``; also of the ``"gumbel"`` family); None: ``decoder``.
 
     Returns:
       :class:`GumbelStats` with their provenance. Cost: one context hash per
@@ -293,13 +302,16 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
       vocabulary loop.
     """
     decoder = decoders.gumbel() if decoder is None else decoder
-    if decoder.family != decoders.GUMBEL:
-        raise ValueError(f"{decoder.label} texts are scored with synthid_statistics, not gumbel_statistics")
+    draft_decoder = decoder if draft_decoder is None else draft_decoder
+    for d in (decoder, draft_decoder):
+        if d.family != decoders.GUMBEL:
+            raise ValueError(f"{d.label} texts are scored with synthid_statistics, not gumbel_statistics")
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
     yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
-                                  width=int(context_width), num_layers=0, statistic=decoder.statistic)
-    prov = statistics_provenance(key, decoder.statistic, 0, context_width)
+                                  width=int(context_width), num_layers=0, statistic=decoder.statistic,
+                                  draft_statistic=draft_decoder.statistic)
+    prov = statistics_provenance(key, decoder.statistic, 0, context_width, draft_decoder.statistic)
     return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 
 
@@ -494,15 +506,24 @@ def concat_source(sources, length: int) -> np.ndarray:
     )
 
 
-_BY_FAMILY = {
-    "gumbel": lambda tokens, keys, decoder, **kw: gumbel_statistics(tokens, keys, decoder=decoder, **kw),
-    "synthid": lambda tokens, keys, decoder, **kw: synthid_statistics(tokens, keys, decoder.num_layers, **kw),
-}
-
-
-def statistics(decoder, tokens, keys, **kwargs):
+def statistics(decoder, tokens, keys, *, draft_decoder=None, **kwargs):
     """The statistics detection scores texts of ``decoder`` (a
     :class:`~wmspec_jax.decoders.WatermarkDecoder`) with: its family's (:func:`gumbel_statistics` with
     the decoder's uniform statistic, or :func:`synthid_statistics` with m = ``decoder.num_layers``);
-    ``kwargs`` as theirs."""
-    return _BY_FAMILY[decoder.family](tokens, keys, decoder, **kwargs)
+    ``kwargs`` as theirs.
+
+    ``draft_decoder``: the draft stream's decoder when generation used another one
+    (``SpeculativeConfig.draft_decoder``). Both must be of the ``"gumbel"`` family (one uniform per token
+    and stream): a SynthID stream next to a uniform one, or two SynthID streams of different m, has no
+    statistics type here (ValueError; score the target stream alone with ``statistics(decoder, ...)``).
+    """
+    if draft_decoder is not None and draft_decoder.statistic != decoder.statistic or \
+            draft_decoder is not None and draft_decoder.num_layers != decoder.num_layers:
+        if decoder.family != decoders.GUMBEL or draft_decoder.family != decoders.GUMBEL:
+            raise ValueError(f"no statistics for a {draft_decoder.label} draft stream under a {decoder.label} target "
+                             "stream: both must be uniform-statistic decoders (Gumbel-max, inverse transform, "
+                             "DiPmark); score the target stream alone with statistics(decoder, ...)")
+        return gumbel_statistics(tokens, keys, decoder=decoder, draft_decoder=draft_decoder, **kwargs)
+    if decoder.family == decoders.SYNTHID:
+        return synthid_statistics(tokens, keys, decoder.num_layers, **kwargs)
+    return gumbel_statistics(tokens, keys, decoder=decoder, **kwargs)
