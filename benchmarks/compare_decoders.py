@@ -1,15 +1,18 @@
 r"""Every decoder under every watermarking method on the exact toy pair: speed and detection side by side.
 
-For each decoder (Gumbel-max, SynthID, inverse transform, DiPmark, γ-reweight) and method (``basic``,
+For each decoder (Gumbel-max, SynthID, inverse transform, DiPmark, γ-reweight, KGW) and method (``basic``,
 ``dathathri`` — the dual-key speculative watermark inference engines deploy: draft stream ζ^D as one
 key, residual and bonus stream ζ^T as the other, true-random acceptance — and Alg. 1, ``pseudorandom``),
 it generates ``--num_texts`` texts of the exact Markov toy pair (``wmspec_jax.toy``: P and Q known, V =
 ``--vocab_size``), each under its own key, and reports
 
-* tokens per step (AATPS; the basic watermark makes one token per step);
+* tokens per step (AATPS; the basic watermark makes one token per step) and LOGPPL, the mean −log P of
+  the generated tokens under the toy target at T = 1 (the unbiased decoders match unwatermarked
+  sampling's; a biased one pays here);
 * TPR at 1 % FPR from exact p-values: for the uniform-statistic decoders Ars-τ (τ = 1/2, Eq. 11: it
   reads Alg. 1's acceptance u), Ars-Prior (p = 1/2, Eq. 12), the target stream alone, and the Oracle
   (the records' true sources: an upper bound no text-only detector reaches); for SynthID the mean test;
+  for KGW (γ = 0.25, δ = 2) the green count;
 * the same detectors' FPR on ``--num_texts`` standard-method (unwatermarked) texts of the same models.
 
 ``--draft_target`` adds rows where the draft stream has its own decoder
@@ -36,7 +39,7 @@ flags.DEFINE_float("tv", 0.3, "total variation between the toy draft and target"
 flags.DEFINE_float("temperature", 0.7, "temperature of P and Q")
 flags.DEFINE_integer("lookahead", 3, "K of the speculative methods", lower_bound=1)
 flags.DEFINE_integer("synthid_layers", 30, "SynthID's m", lower_bound=1)
-flags.DEFINE_list("decoders", ["gumbel", "synthid", "inverse_transform", "dipmark", "gamma_reweight"],
+flags.DEFINE_list("decoders", ["gumbel", "synthid", "inverse_transform", "dipmark", "gamma_reweight", "kgw"],
                   "decoder names")
 flags.DEFINE_list("methods", ["basic", "dathathri", "pseudorandom"], "watermarking methods")
 flags.DEFINE_list("draft_target", ["gumbel:inverse_transform", "gumbel:dipmark"],
@@ -68,6 +71,8 @@ def _pvalues(decoder, res, keys, draft_decoder=None):
                            vocab_size=FLAGS.vocab_size, draft_decoder=draft_decoder)
     if decoder.family == decoders.SYNTHID:
         return {"synthid-mean": np.asarray(detect.make("synthid-mean", st.provenance).score(st).pvalue)}
+    if decoder.family == decoders.KGW:
+        return {"kgw-green": np.asarray(detect.make("kgw-green", st.provenance, gamma=decoder.gamma).score(st).pvalue)}
     return {"ars-tau": np.asarray(detect.score_ars_tau(st, 0.5).pvalue),
             "ars-prior": np.asarray(detect.score_ars_prior(st, 0.5, jax.random.key(0)).pvalue),
             "single": np.asarray(detect.score_single(st).pvalue),
@@ -95,12 +100,13 @@ def main(argv):
             steps = np.asarray(res.num_steps, np.float64)
             new = np.asarray(res.lengths - res.prompt_lengths, np.float64)
             label = decoder.label if draft is None else f"{draft.label} draft, {decoder.label} target"
-            rows.append({"decoder": decoder.name, "draft_decoder": None if draft is None else draft.name,
+            logppl = float(np.mean(res.log_perplexity()))
+            rows.append({"decoder": decoder.name, "logppl": logppl, "draft_decoder": None if draft is None else draft.name,
                          "label": label, "method": method,
                          "tokens_per_step": float(new.sum() / steps.sum()), "tpr_at_1pct": tpr,
                          "fpr_at_1pct_standard": fpr, "seconds": time.perf_counter() - t0})
             r = rows[-1]
-            print(f"{r['label']:18s} {method:13s} AATPS {r['tokens_per_step']:.2f}  TPR@1% "
+            print(f"{r['label']:18s} {method:13s} AATPS {r['tokens_per_step']:.2f}  LOGPPL {r['logppl']:.3f}  TPR@1% "
                   + "  ".join(f"{d} {v:.3f}" for d, v in tpr.items()) + "  FPR(standard) "
                   + "  ".join(f"{d} {v:.3f}" for d, v in fpr.items()), flush=True)
     if FLAGS.output:

@@ -111,6 +111,8 @@ def test_a_method_without_a_watermark_needs_no_key_and_says_so(files, monkeypatc
     (["--context_width=1000"], "--context_width=1000 exceeds 64"),
     (["--decoder=dipmark", "--dipmark_alpha=0.7"], "--dipmark_alpha=0.7 must lie in [0, 1/2]"),
     (["--method=basic", "--draft_decoder=gumbel"], "--method=basic draws no watermarked draft token"),
+    (["--decoder=kgw", "--draft_decoder=gumbel"], "it takes no other decoder for the draft"),
+    (["--decoder=kgw", "--kgw_gamma=1.5"], "--kgw_gamma=1.5 must lie in (0, 1)"),
 ])
 def test_sizes_that_cannot_be_right_are_refused_before_any_model_loads(files, flags, message):
     _, key, prompts = files
@@ -118,22 +120,33 @@ def test_sizes_that_cannot_be_right_are_refused_before_any_model_loads(files, fl
     assert rc == 2 and message in err and "loaded" not in err and not stdout, err
 
 
-def test_a_decoder_beyond_the_paper_is_recorded_and_detected_with_its_own_statistic(files, tmp_path):
-    """γ-reweight answers: the line names the decoder and α; detection scores DiPmark's statistic and
-    refuses to score the line as another decoder's."""
+@pytest.mark.parametrize("decoder,statistic,fields", [
+    ("gamma_reweight", "dipmark", {"dipmark_alpha": 0.5, "kgw_gamma": None}),
+    ("kgw", "kgw", {"dipmark_alpha": None, "kgw_gamma": 0.25, "kgw_delta": 2.0})])
+def test_a_decoder_beyond_the_paper_is_recorded_and_detected_with_its_own_statistic(files, tmp_path, decoder,
+                                                                                  statistic, fields):
+    """γ-reweight and KGW answers: the line names the decoder and its settings; detection scores the
+    decoder's statistic (KGW: the green count with the line's γ) and refuses to score the line as another
+    decoder's."""
     _, key, _ = files
-    out = tmp_path / "gamma.jsonl"
-    rc, _, err = call(cli_generate, ["-", key, f"--output={out}", "--decoder=gamma_reweight", "--method=basic",
+    out = tmp_path / f"{decoder}.jsonl"
+    rc, _, err = call(cli_generate, ["-", key, f"--output={out}", f"--decoder={decoder}", "--method=basic",
                                      "--max_new_tokens=24", "--nostop_at_eos", "--run=g"], stdin=QUESTIONS[1].encode())
     assert rc == 0, err
     (line,) = lines(out.read_text())
-    assert (line["decoder"], line["dipmark_alpha"], line["synthid_layers"]) == ("gamma_reweight", 0.5, None)
+    assert (line["decoder"], line["synthid_layers"]) == (decoder, None)
+    assert {k: line[k] for k in fields} == fields
     rc, stdout, err = call(cli_detect, [str(out), key, "--format=json"])
     assert rc == 0, err
     (res,) = lines(stdout)
-    assert res["provenance"]["decoder"] == "dipmark" and res["num_scored"] > 10 and res["log10_pvalue"] <= 0
+    assert res["provenance"]["decoder"] == statistic and res["num_scored"] > 10 and res["log10_pvalue"] <= 0
+    if decoder == "kgw":
+        assert res["detector"]["name"] == "kgw-green" and res["detector"]["settings"]["gamma"] == 0.25
+        assert res["log10_pvalue"] < -2  # δ = 2 on 24 tokens of a language model
     rc, _, err = call(cli_detect, [str(out), key, "--decoder=gumbel"])
     assert rc == 2 and "decoder" in err, err
+    if decoder == "kgw":
+        return
     # a line whose draft stream had its own decoder is scored with both statistics; one that cannot be is refused
     for draft, expect in (("gumbel", 0), ("synthid", 2)):
         mixed = tmp_path / f"mixed-{draft}.jsonl"

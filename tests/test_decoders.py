@@ -116,7 +116,7 @@ def test_process_logits_temperature_topk_greedy():
 def test_decoder_config_validation():
     assert decoders.WatermarkDecoder("synthid", 30).label == "SynthID(m=30)"
     with pytest.raises(ValueError, match="decoder kind"):
-        decoders.WatermarkDecoder("kgw")
+        decoders.WatermarkDecoder("aar")
     with pytest.raises(ValueError, match="num_layers"):
         decoders.WatermarkDecoder("synthid", 0)
 
@@ -320,3 +320,38 @@ def test_permutation_decoders_settings_and_names():
         decoders.inverse_transform(P6, np.zeros(6, np.float32), 1.0)
     with pytest.raises(ValueError, match="sum to 1"):
         decoders.inverse_transform(P6 * 2, np.zeros(6, np.float32), 0.5)
+
+
+KGW = decoders.WatermarkDecoder("kgw", gamma=0.25, delta=2.0)
+
+
+def test_kgw_biases_green_logits_and_is_pinned_by_a_golden_vector(seeds):
+    p = np.array([0.3, 0.05, 0.2, 0.15, 0.1, 0.12, 0.08], np.float32)
+    gold = prf.context_seeds(prf.stream_keys(b"wmspec-golden")[prf.Stream.TARGET], np.arange(48).reshape(12, 4))
+    z = jnp.log(jnp.broadcast_to(p, (12, 7)))
+    biased = KGW.bias(z, None, gold, jnp.ones(12, bool))
+    green = np.asarray(decoders.kgw_green(prf.vocab_uniforms(gold, 7), KGW.gamma))
+    assert green.sum(1).tolist() == [1, 2, 0, 1, 0, 3, 2, 2, 1, 3, 0, 1]
+    assert np.allclose(np.asarray(biased - z), 2.0 * green)  # + δ on exactly the green tokens
+    assert np.array_equal(np.asarray(KGW.bias(z, None, gold, jnp.zeros(12, bool))), np.asarray(z))  # repeated
+    tok = KGW.watermark_index(jax.nn.softmax(biased, axis=-1), None, gold)
+    assert np.asarray(tok).tolist() == [0, 3, 4, 2, 0, 6, 5, 2, 3, 2, 5, 3]
+    # the public function is the same distribution, and over 100k keys its green fraction is γ
+    dense = decoders.kgw(np.broadcast_to(p, (12, 7)), prf.vocab_uniforms(gold, 7), KGW.gamma, KGW.delta)
+    assert np.allclose(np.asarray(dense), np.asarray(jax.nn.softmax(biased, axis=-1)), atol=1e-6)
+    g = np.asarray(decoders.kgw_green(prf.vocab_uniforms(seeds, 7), KGW.gamma))
+    stats.assert_mean_close(g.ravel().astype(np.float64), KGW.gamma, "KGW green fraction")
+
+
+def test_kgw_settings_and_names():
+    assert KGW.biased and not KGW.degenerate and KGW.family == KGW.statistic == "kgw"
+    assert (KGW.name, KGW.label) == ("kgw_g0.25_d2", "KGW(γ=0.25, δ=2)")
+    assert decoders.WatermarkDecoder.from_name("kgw", gamma=0.5, delta=1.0) == decoders.kgw_decoder(0.5, 1.0)
+    assert not decoders.gumbel().biased and decoders.gumbel().gamma == 0.0
+    for bad in (dict(gamma=0.0), dict(gamma=1.0), dict(delta=-1.0), dict(delta=float("inf")), dict(gamma=True)):
+        with pytest.raises(ValueError, match="KGW needs"):
+            decoders.WatermarkDecoder("kgw", **bad)
+    with pytest.raises(ValueError, match="biased"):
+        KGW.vocab_zeta(prf.context_seeds(prf.stream_keys(b"x")[0], np.zeros((2, 1))), 5)
+    with pytest.raises(ValueError, match="uniforms shape"):
+        decoders.kgw(P6, np.zeros(3, np.float32), 0.25, 2.0)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import itertools
 import os
 import subprocess
 import sys
@@ -122,6 +123,35 @@ def test_thm41_with_different_decoders_for_draft_and_target(draft_decoder, decod
     assert np.array_equal(toks[drafted, 0], generated(alone, 1)[drafted, 0])
 
 
+KGW = decoders.WatermarkDecoder("kgw", gamma=0.4, delta=1.5)
+
+
+def kgw_table(table, gamma, delta):
+    """E over green lists (each token green w.p. γ, independently) of KGW's biased transition: float64[V, V]."""
+    table = np.asarray(table, np.float64)
+    out = np.zeros_like(table)
+    for green in itertools.product((0, 1), repeat=table.shape[1]):
+        g = np.asarray(green)
+        weight = np.prod(np.where(g == 1, gamma, 1.0 - gamma))
+        biased = table * np.exp(delta * g)[None]
+        out += weight * biased / biased.sum(1, keepdims=True)
+    return out
+
+
+@pytest.mark.parametrize("method,k", [("basic", 0), ("dathathri", 2), ("pseudorandom", 2)])
+def test_kgw_has_its_own_law_under_every_method(method, k):
+    """KGW is biased: over keys the basic watermark emits E_G[P_G], P_G ∝ P e^{δ·green}, not P. Draft and
+    target biased by one green list make every speculative method emit that same law (chi-square over
+    10k keys against the enumerated E_G), where an unbiased decoder would give P."""
+    res = run(method, k, KGW, n=10_000)
+    toks = generated(res, 3)
+    counts = np.bincount(toks[:, 0] * V * V + toks[:, 1] * V + toks[:, 2], minlength=V**3)
+    expected = toy.sequence_probs(kgw_table(P_TAB, KGW.gamma, KGW.delta), PROMPT[-1], 3)
+    stats.assert_counts_match(counts, expected, f"KGW/{method}")
+    with pytest.raises(AssertionError, match="chi2"):  # and it is not P's law
+        stats.assert_counts_match(counts, toy.sequence_probs(P_TAB, PROMPT[-1], 3), "KGW vs P")
+
+
 def test_a_draft_decoder_needs_a_watermarked_draft():
     cfg = SpeculativeConfig(method="pseudorandom", decoder=SYNTH, draft_decoder=decoders.WatermarkDecoder("synthid", 4))
     assert cfg.draft_decoder is None and cfg.draft_stream_decoder == SYNTH  # the same decoder: stored as None
@@ -130,6 +160,8 @@ def test_a_draft_decoder_needs_a_watermarked_draft():
         SpeculativeConfig(method="standard", draft_decoder=INVERSE)
     with pytest.raises(TypeError, match="draft_decoder"):
         SpeculativeConfig(method="pseudorandom", draft_decoder="gumbel")
+    with pytest.raises(ValueError, match="one green list"):
+        SpeculativeConfig(method="pseudorandom", decoder=KGW, draft_decoder=GUMBEL)
 
 
 def test_chi_square_has_power_against_the_draft():

@@ -8,7 +8,7 @@ The public API (everything else is reached through its module):
   generate, precompile, SpeculativeConfig, GenerationResult, METHODS
                 the jitted generation loop (Alg. 1 and the methods it is compared with)
   WatermarkDecoder          Gumbel-max, SynthID(m), SynthID(m = ∞), inverse transform, DiPmark(α) /
-                            γ-reweight: a decoder carries its behaviour
+                            γ-reweight, KGW(γ, δ): a decoder carries its behaviour
   Secret, text_keys, StreamKeys, PRF_VERSION
                 the secret, per-text stream keys, the pseudorandom construction's version
   LanguageModel, FeatureDraftModel, load_pair

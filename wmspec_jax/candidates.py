@@ -173,6 +173,11 @@ def log_prob(c: Candidates, tokens: jax.Array) -> jax.Array:
     return jnp.where(found, jnp.take_along_axis(c.z, pos, axis=-1) - lse, -jnp.inf)
 
 
+def with_logits(c: Candidates, z: jax.Array) -> Candidates:
+    """The same candidates with new scaled logits ``z`` (e.g. KGW's bias), renormalised."""
+    return Candidates(z, _logsumexp(z), c.ids)
+
+
 def probs(c: Candidates) -> jax.Array:
     """float32[..., C] candidate probabilities."""
     return jnp.exp(c.logp)

@@ -16,6 +16,12 @@ numbers ζ to a modified distribution P_ζ with E_ζ[P_ζ] = P (Sec. 2):
   π-ordered CDF F reweighted to max(F − α, 0) + max(F − (1 − α), 0).
   Unbiased, not degenerate; α = 1/2 is Hu et al. (2024)'s γ-reweight
   (``"gamma_reweight"``).
+* :func:`kgw` — beyond the paper, the field's most common scheme and the
+  biased reference: Kirchenbauer et al. (2023), a keyed green list (a γ
+  fraction of the vocabulary) whose logits get + δ. Biased (E_ζ[S(P, ζ)] ≠
+  P): the generation loop applies it to the target's and the draft's
+  distributions alike, so that speculative sampling reproduces KGW's own law
+  (``docs/decoders.md``).
 * :func:`identity` and :func:`linear_mixture` ((1 − θ) Id + θ S, Eq. 9).
 
 The keyed permutation π orders tokens by their 32-bit hash in the stream's
@@ -66,19 +72,23 @@ SYNTHID_LIMIT = "synthid_limit"
 INVERSE_TRANSFORM = "inverse_transform"
 DIPMARK = "dipmark"
 GAMMA_REWEIGHT = "gamma_reweight"
-DECODER_KINDS = (GUMBEL, SYNTHID, SYNTHID_LIMIT, INVERSE_TRANSFORM, DIPMARK)
+KGW = "kgw"
+DECODER_KINDS = (GUMBEL, SYNTHID, SYNTHID_LIMIT, INVERSE_TRANSFORM, DIPMARK, KGW)
 DECODER_NAMES = DECODER_KINDS + (GAMMA_REWEIGHT,)
 """Names :meth:`WatermarkDecoder.from_name` accepts (``"gamma_reweight"`` is DiPmark with α = 1/2)."""
-FAMILIES = (GUMBEL, SYNTHID)
+FAMILIES = (GUMBEL, SYNTHID, KGW)
 """Which detectors score a text of each kind: those on one uniform per token and stream (Gumbel-max's
-U_w, and the other uniform-valued statistics: :data:`STATISTICS`), or those on SynthID's g-values
-(both SynthID kinds: the m = ∞ approximation draws from the same g-values)."""
-STATISTICS = (GUMBEL, SYNTHID, INVERSE_TRANSFORM, DIPMARK)
+U_w, and the other uniform-valued statistics: :data:`STATISTICS`), those on SynthID's g-values
+(both SynthID kinds: the m = ∞ approximation draws from the same g-values), or KGW's green count."""
+STATISTICS = (GUMBEL, SYNTHID, INVERSE_TRANSFORM, DIPMARK, KGW)
 """The per-token statistic detection recomputes (:attr:`WatermarkDecoder.statistic`): Gumbel-max's U_w,
-SynthID's g-values, inverse transform's alignment value, DiPmark's permutation position (module
-:mod:`wmspec_jax.detect.streams`)."""
+SynthID's g-values, inverse transform's alignment value, DiPmark's permutation position, KGW's
+target-stream key of the token (green when >= 1 − γ) (module :mod:`wmspec_jax.detect.streams`)."""
 DEFAULT_DIPMARK_ALPHA = 0.45
 """DiPmark's α when none is given (the value Wu et al. 2024 recommend)."""
+DEFAULT_KGW_GAMMA = 0.25
+DEFAULT_KGW_DELTA = 2.0
+"""KGW's green fraction γ and bias δ when none are given (Kirchenbauer et al. 2023's γ = 0.25, δ = 2)."""
 
 
 MAX_SYNTHID_LAYERS = 256
@@ -99,11 +109,14 @@ class WatermarkDecoder:
       num_layers: tournament layers m (SynthID kinds; 0 for the others, so
         equal decoders compare and hash equal).
       alpha: DiPmark's α in [0, 1/2] (0.0 for the other kinds).
+      gamma, delta: KGW's green fraction γ in (0, 1) and logit bias δ >= 0 (0.0 for the other kinds).
     """
 
     kind: str = GUMBEL
     num_layers: int = 30
     alpha: float = DEFAULT_DIPMARK_ALPHA
+    gamma: float = DEFAULT_KGW_GAMMA
+    delta: float = DEFAULT_KGW_DELTA
 
     def __post_init__(self):
         if self.kind == GAMMA_REWEIGHT:
@@ -118,6 +131,16 @@ class WatermarkDecoder:
             object.__setattr__(self, "alpha", float(a))
         else:
             object.__setattr__(self, "alpha", 0.0)
+        if self.kind == KGW:
+            g, d = self.gamma, self.delta
+            for name, v, ok in (("gamma", g, lambda x: 0.0 < x < 1.0), ("delta", d, lambda x: 0.0 <= x <= 64.0)):
+                if isinstance(v, bool) or not isinstance(v, numbers.Real) or not ok(float(v)):
+                    raise ValueError(f"KGW needs gamma in (0, 1) and delta in [0, 64], got {name}={v!r}")
+            object.__setattr__(self, "gamma", float(g))
+            object.__setattr__(self, "delta", float(d))
+        else:
+            object.__setattr__(self, "gamma", 0.0)
+            object.__setattr__(self, "delta", 0.0)
         if self.kind not in (SYNTHID, SYNTHID_LIMIT):
             object.__setattr__(self, "num_layers", 0)
             return
@@ -132,6 +155,26 @@ class WatermarkDecoder:
         return self.kind in (GUMBEL, SYNTHID_LIMIT, INVERSE_TRANSFORM)
 
     @property
+    def biased(self) -> bool:
+        """True when E_ζ[S(P, ζ)] ≠ P (KGW): the loop then applies :meth:`bias` to every distribution of a
+        watermarking method, draft and target alike, and its tokens are drawn from the biased ones."""
+        return self.kind == KGW
+
+    def bias(self, z: jax.Array, ids, seeds: jax.Array, active: jax.Array) -> jax.Array:
+        """KGW's logits: z + δ on the green candidates where ``active``: float32[B, C].
+
+        Args:
+          z: float32[..., C] processed logits of the candidates (−inf: excluded).
+          ids: int32[..., C] candidate ids, or None for the whole vocabulary.
+          seeds: uint32[..., 2] the TARGET stream's seeds of the position (the green list is the target
+            stream's for draft and target alike).
+          active: bool[...] distributions whose context is new (the repeated-context rule).
+        """
+        tokens = jnp.arange(z.shape[-1], dtype=jnp.uint32) if ids is None else ids.astype(jnp.uint32)
+        green = kgw_green(prf.token_uniforms(seeds[..., None, :], tokens), self.gamma)
+        return jnp.where(green & active[..., None], z + jnp.float32(self.delta), z)
+
+    @property
     def _synthid(self) -> bool:
         return self.kind in (SYNTHID, SYNTHID_LIMIT)
 
@@ -144,6 +187,8 @@ class WatermarkDecoder:
             return f"synthid_inf_m{self.num_layers}"
         if self.kind == DIPMARK:
             return GAMMA_REWEIGHT if self.alpha == 0.5 else f"dipmark_a{self.alpha:g}"
+        if self.kind == KGW:
+            return f"kgw_g{self.gamma:g}_d{self.delta:g}"
         return self.kind
 
     @property
@@ -155,17 +200,20 @@ class WatermarkDecoder:
             return "SynthID(m=∞)"
         if self.kind == DIPMARK:
             return "γ-reweight" if self.alpha == 0.5 else f"DiPmark(α={self.alpha:g})"
+        if self.kind == KGW:
+            return f"KGW(γ={self.gamma:g}, δ={self.delta:g})"
         return {GUMBEL: "Gumbel-max", INVERSE_TRANSFORM: "Inverse transform"}[self.kind]
 
     @classmethod
-    def from_name(cls, name: str, num_layers: int = 30, alpha: float = DEFAULT_DIPMARK_ALPHA
-                  ) -> "WatermarkDecoder":
+    def from_name(cls, name: str, num_layers: int = 30, alpha: float = DEFAULT_DIPMARK_ALPHA,
+                  gamma: float = DEFAULT_KGW_GAMMA, delta: float = DEFAULT_KGW_DELTA) -> "WatermarkDecoder":
         """The decoder a settings or command-line name gives (:data:`DECODER_NAMES`): ``"synthid"``
         and ``"synthid_limit"`` with m = ``num_layers``, ``"dipmark"`` with ``alpha``,
-        ``"gamma_reweight"`` (DiPmark, α = 1/2); ValueError otherwise."""
+        ``"gamma_reweight"`` (DiPmark, α = 1/2), ``"kgw"`` with ``gamma`` and ``delta``; ValueError
+        otherwise."""
         if name not in DECODER_NAMES:
             raise ValueError(f"unknown decoder {name!r}; known: {', '.join(DECODER_NAMES)}")
-        return cls(name, num_layers, alpha)
+        return cls(name, num_layers, alpha, gamma, delta)
 
     @property
     def statistic(self) -> str:
@@ -177,7 +225,7 @@ class WatermarkDecoder:
     def family(self) -> str:
         """The detectors of its texts (:data:`FAMILIES`): ``"synthid"`` (g-values) or ``"gumbel"``
         (one uniform per token and stream)."""
-        return SYNTHID if self._synthid else GUMBEL
+        return SYNTHID if self._synthid else KGW if self.kind == KGW else GUMBEL
 
     @property
     def family_label(self) -> str:
@@ -214,6 +262,8 @@ class WatermarkDecoder:
         if self.kind in (INVERSE_TRANSFORM, DIPMARK):
             order = jnp.broadcast_to(prf.hash_values(seeds, tokens, prf.Lane.TOKEN_UNIFORM), weights.shape)
             return self._permuted_index(weights, order, prf.position_uniforms(seeds[:, 0]))
+        if self.kind == KGW:  # the weights are already biased (:meth:`bias`): a keyed draw from them
+            return inverse_cdf(weights, prf.position_uniforms(seeds[:, 0]))
         words = jnp.stack([prf.hash_values(seeds, tokens, prf.Lane.GBITS + b)
                            for b in range(-(-self.num_layers // prf.NUM_GBITS_PER_HASH))], axis=-1)
         decoded = tournament_packed(weights, words, self.num_layers)
@@ -227,7 +277,10 @@ class WatermarkDecoder:
         """ζ over the whole vocabulary for n samples' seeds uint32[n, 2]: Gumbel-max float32[n, V]
         uniforms; SynthID uint32[n, V, W] packed g-values (bit l mod 32 of word l // 32 is g_l);
         inverse transform and DiPmark uint32[n, V + 1]: the V token hashes that order π, then the
-        hash of the position uniform u."""
+        hash of the position uniform u. (KGW is biased: the trade-off curves are about unbiased
+        decoders; ValueError.)"""
+        if self.kind == KGW:
+            raise ValueError("KGW is biased: the trade-off curves (Sec. 3) are defined for unbiased decoders")
         if self.kind == GUMBEL:
             return prf.vocab_uniforms(seeds, vocab_size)
         tokens = jnp.arange(vocab_size, dtype=jnp.uint32)
@@ -281,6 +334,10 @@ def inverse_transform_decoder() -> WatermarkDecoder:
 
 def dipmark_decoder(alpha: float = DEFAULT_DIPMARK_ALPHA) -> WatermarkDecoder:
     return WatermarkDecoder(DIPMARK, alpha=alpha)
+
+
+def kgw_decoder(gamma: float = DEFAULT_KGW_GAMMA, delta: float = DEFAULT_KGW_DELTA) -> WatermarkDecoder:
+    return WatermarkDecoder(KGW, gamma=gamma, delta=delta)
 
 
 def synthid_decoder(num_layers: int = 30) -> WatermarkDecoder:
@@ -559,6 +616,38 @@ def dipmark(probs: jax.Array, order: jax.Array, alpha) -> jax.Array:
     reweighted = dipmark_sorted(jnp.take_along_axis(_float(probs), perm, axis=-1), alpha)
     inverse = jnp.argsort(perm, axis=-1)
     return jnp.take_along_axis(reweighted, inverse, axis=-1)
+
+
+# ---------------------------------------------------------------------------
+# KGW (Kirchenbauer et al. 2023): a biased green-list decoder
+# ---------------------------------------------------------------------------
+
+
+def kgw_green(uniforms: jax.Array, gamma) -> jax.Array:
+    """The green list from the tokens' uniforms U_w: bool[...], green when U_w >= 1 − γ (a γ fraction of
+    the vocabulary in expectation, independently per token: Bernoulli(γ) under any key)."""
+    return jnp.asarray(uniforms) >= 1.0 - jnp.float32(gamma)
+
+
+def kgw(probs: jax.Array, uniforms: jax.Array, gamma, delta) -> jax.Array:
+    """KGW decoder (Kirchenbauer et al. 2023): P_ζ ∝ P · exp(δ · green), green = :func:`kgw_green`.
+
+    Biased: E_ζ[P_ζ] ≠ P unless δ = 0. Over green lists drawn independently per token with probability
+    γ, E[P_ζ(w)] = γ E[e^δ P_w / Z | w green] + (1 − γ) E[P_w / Z | w red] (no closed form in general;
+    tests enumerate small vocabularies).
+
+    Args:
+      probs: float[..., V] P; uniforms: float[..., V] the tokens' U_w; gamma in (0, 1); delta >= 0.
+
+    Returns:
+      float32[..., V] P_ζ.
+    """
+    validation.check_probs(probs)
+    if jnp.shape(uniforms) != jnp.shape(probs):
+        raise ValueError(f"uniforms shape {jnp.shape(uniforms)} != probs shape {jnp.shape(probs)}")
+    p = _float(probs)
+    w = p * jnp.where(kgw_green(uniforms, gamma), jnp.exp(_float(delta)), 1.0)
+    return w / jnp.sum(w, axis=-1, keepdims=True)
 
 
 # ---------------------------------------------------------------------------

@@ -122,6 +122,9 @@ class SpeculativeConfig:
                 raise TypeError("draft_decoder must be a wmspec_jax.decoders.WatermarkDecoder or None")
             if self.draft_decoder == self.decoder:
                 fix("draft_decoder", None)
+            elif self.decoder.biased or self.draft_decoder.biased:
+                raise ValueError("a biased decoder (KGW) biases draft and target with one green list: it takes no "
+                                 "other decoder for the draft")
             elif not spec.watermark_draft:
                 raise ValueError(f"method {self.method!r} draws no watermarked draft token: a draft_decoder "
                                  "needs hu, dathathri or pseudorandom")

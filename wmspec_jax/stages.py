@@ -85,6 +85,12 @@ class Static:
         """Candidates of float32[..., V] logits and the NaN / +inf flag per distribution."""
         return candidates.process(logits, self.temperature, self.top_k)
 
+    @property
+    def biases(self) -> bool:
+        """A biased decoder (KGW) of a watermarking method: every distribution, draft and target, is the
+        decoder's biased one (:func:`_biased`)."""
+        return self.decoder.biased and self.method.watermarks
+
 
 class Inputs(NamedTuple):
     """Per-call arrays the stages read (fixed during the loop).
@@ -190,6 +196,18 @@ def _seeds(st: Static, inputs: Inputs, stream: int, tokens, positions) -> jax.Ar
     return sampling.position_seeds(inputs.keys, stream, tokens, positions, st.context_width)
 
 
+def _biased(st: Static, inputs: Inputs, c: Candidates, tokens, positions, fresh) -> Candidates:
+    """A biased decoder's distribution at ``positions`` (int32[B], or int32[B, T] for c of [B, T, C]):
+    the target stream's green list at each position, applied where the context is new. Draft and target
+    share it, so speculative sampling between the biased Q and P emits the biased P's law, as the
+    decoder alone does (``docs/decoders.md``)."""
+    def seeds_at(pos):
+        return _seeds(st, inputs, prf.Stream.TARGET, tokens, pos)
+
+    seeds = seeds_at(positions) if positions.ndim == 1 else jax.vmap(seeds_at, 1, 1)(positions)
+    return candidates.with_logits(c, st.decoder.bias(c.z, c.ids, seeds, fresh))
+
+
 # ---------------------------------------------------------------------------
 # Stages
 # ---------------------------------------------------------------------------
@@ -208,7 +226,7 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
     k = st.lookahead
     method = st.method
     # contexts matter for a watermarked draft and for pseudorandom acceptance
-    need_fresh = method.watermark_draft or method.pseudorandom_acceptance
+    need_fresh = method.watermark_draft or method.pseudorandom_acceptance or st.biases
     logits, carry, cache = model.draft_first(inputs.draft_params, cache, tokens, n, features, lookahead=k)
     nonfinite = jnp.zeros(n.shape, bool)
     per_pos = []
@@ -216,8 +234,10 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
         pos = n + s
         q, bad = st.process(logits)
         nonfinite = nonfinite | bad
-        weights = candidates.probs(q)
         fresh = _is_new_context(st, tokens, pos, inputs) if need_fresh else jnp.zeros(n.shape, bool)
+        if st.biases:
+            q = _biased(st, inputs, q, tokens, pos, fresh)
+        weights = candidates.probs(q)
         seeds = _seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
         index, watermarked = sampling.draw(
             st.decoder if st.draft_decoder is None else st.draft_decoder, weights, q.ids, seeds,
@@ -256,6 +276,10 @@ def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.
         logits, hidden, cache = model.step_hidden(inputs.target_params, cache, window, num)
         features = row_update(features, n, hidden.astype(features.dtype))
     p, bad = st.process(logits)
+    if st.biases:
+        positions = n[:, None] + jnp.arange(k + 1, dtype=n.dtype)[None]
+        fresh = jax.vmap(lambda pos: _is_new_context(st, tokens, pos, inputs), 1, 1)(positions)
+        p = _biased(st, inputs, p, tokens, positions, fresh)
     return p, cache, jnp.any(bad, axis=1), logits, features
 
 

@@ -23,11 +23,23 @@ def stats():
             np.where(np.arange(30)[None] >= 4, np.arange(30)[None] % 3, -1).repeat(5, 0).astype(np.int8))
 
 
-def test_every_key_only_name_builds_a_detector_that_scores(stats):
+@pytest.fixture(scope="module")
+def by_family(stats):
+    """The statistics each family of detectors scores: Gumbel-max's, SynthID's, KGW's."""
+    from wmspec_jax import decoders
+
+    gs, ss, _ = stats
+    toks = np.random.default_rng(0).integers(0, V, (5, 30)).astype(np.int32)
+    ks = det.statistics(decoders.WatermarkDecoder("kgw"), toks, keys.text_keys(SECRET, range(5), run="r"),
+                        vocab_size=V)
+    return {"gumbel": gs, "synthid": ss, "kgw": ks}
+
+
+def test_every_key_only_name_builds_a_detector_that_scores(stats, by_family):
     gs, ss, src = stats
     for name in det.registry.names(buildable=True):
         e = det.registry.entry(name)
-        st = gs if e.decoder == "gumbel" else ss
+        st = by_family[e.decoder]
         d = det.make(name, st.provenance)
         assert isinstance(d, det.Detector) and d.decoder == e.decoder and det.registry.name_of(d) == name
         sc = d.score(st, source=src, rng=jax.random.key(0))
@@ -42,7 +54,7 @@ def test_every_key_only_name_builds_a_detector_that_scores(stats):
                                   np.asarray(det.score_oracle(gs, src).log_pvalue))
     np.testing.assert_array_equal(np.asarray(det.make("synthid-mean", ss.provenance).score(ss).log_pvalue),
                                   np.asarray(det.mean_test(det.synthid.both_g(ss), ss.mask).log_pvalue))
-    assert det.DEFAULTS == {"gumbel": "ars-prior", "synthid": "synthid-mean"}
+    assert det.DEFAULTS == {"gumbel": "ars-prior", "synthid": "synthid-mean", "kgw": "kgw-green"}
 
 
 def test_registry_errors_are_clear(stats):
@@ -69,17 +81,17 @@ def test_registry_errors_are_clear(stats):
         det.score(("ars_tau", {}), gs)
 
 
-def test_every_kind_saves_and_loads_as_its_typed_object(tmp_path, stats):
+def test_every_kind_saves_and_loads_as_its_typed_object(tmp_path, stats, by_family):
     gs, ss, src = stats
     data = det.make_dataset(det.take(ss, [0, 1, 2]), det.take(ss, [3, 4]))
     bayes, _ = det.train_bayes(det.BayesConfig("mlp", 4, mlp_hidden=(4, 4)), data, data,
                                det.TrainConfig(epochs=2, batch_size=5, l2_grid=(0.0,)))
-    objects = [det.make(n, (gs if det.registry.entry(n).decoder == "gumbel" else ss).provenance)
+    objects = [det.make(n, by_family[det.registry.entry(n).decoder].provenance)
                for n in det.registry.names(buildable=True)]
     objects += [det.fit_ars_tau(gs), det.fit_soft(gs, src), det.fit_soft(gs, src).with_oracle(), bayes]
     assert {d.kind for d in objects} == set(det.registry.CLASSES)
     for i, d in enumerate(objects):
-        st = gs if d.decoder == "gumbel" else ss
+        st = by_family[d.decoder]
         loaded = det.load_detector(det.save_detector(tmp_path / f"d{i}", d))
         assert type(loaded) is type(d) and loaded.config == json.loads(json.dumps(d.config))
         assert loaded.provenance == d.provenance and det.registry.name_of(loaded) == det.registry.name_of(d)

@@ -107,6 +107,8 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "(.npz); 'auto': the decoder's default", flag_values=fv)
     flags.DEFINE_float("tau", None, "τ of --detector=ars-tau (default 0.5; a saved Ars-τ has its fitted τ)",
                        flag_values=fv)
+    flags.DEFINE_float("kgw_gamma", None, "KGW's green fraction (default: the line's kgw_gamma, else 0.25)",
+                       flag_values=fv)
     flags.DEFINE_float("draft_fraction", None, "p of Ars-Prior (default 0.5; the share of accepted drafts of the "
                        "generator, if known)", flag_values=fv)
     flags.DEFINE_integer("seed", 0, "seed of Ars-Prior's per-token coins (a text's coins depend on the seed and "
@@ -152,6 +154,7 @@ class Item:
     index: Optional[int]
     draft_fraction: Optional[float] = None
     draft_decoder: Optional[str] = None
+    kgw_gamma: Optional[float] = None
     result: Optional[dict] = None
 
     @property
@@ -161,7 +164,7 @@ class Item:
     @property
     def group(self) -> tuple:
         return (self.decoder, self.num_layers, self.context_width, self.derivation, self.draft_fraction,
-                self.draft_decoder)
+                self.draft_decoder, self.kgw_gamma)
 
 
 def _record_int(record: dict, name: str, where: str, low: int, high: int) -> Optional[int]:
@@ -270,16 +273,31 @@ def _recorded_ids(record: dict, where: str, vocab: int) -> Optional[list]:
     return ids
 
 
-def _draft_fraction_of(fv, record: dict, where: str) -> Optional[float]:
-    """Ars-Prior's p for this text: --draft_fraction, else the line's ``draft_fraction``, else None."""
-    if fv.draft_fraction is not None:
-        return None  # one p for every text: the flag, through the detector options
-    value = record.get("draft_fraction")
+def _recorded_option(fv, record: dict, where: str, name: str, closed: bool) -> Optional[float]:
+    """A detector option for this text: None when the flag ``--name`` is given (one value for every text,
+    through the detector options) or the line has no field ``name``; else the line's value, which must lie
+    in [0, 1] (``closed``) or (0, 1)."""
+    if fv[name].value is not None:
+        return None
+    value = record.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
-        raise InputError(f"{where}: field 'draft_fraction' must be a number in [0, 1], got {str(value)[:40]}")
+    inside = (0.0 <= float(value) <= 1.0 if closed else 0.0 < float(value) < 1.0) \
+        if isinstance(value, (int, float)) and not isinstance(value, bool) else False
+    if not inside:
+        interval = "[0, 1]" if closed else "(0, 1)"
+        raise InputError(f"{where}: field {name!r} must be a number in {interval}, got {str(value)[:40]}")
     return float(value)
+
+
+def _draft_fraction_of(fv, record: dict, where: str) -> Optional[float]:
+    """Ars-Prior's p for this text: --draft_fraction, else the line's ``draft_fraction``, else None."""
+    return _recorded_option(fv, record, where, "draft_fraction", closed=True)
+
+
+def _kgw_gamma_of(fv, record: dict, where: str) -> Optional[float]:
+    """KGW's γ for this text: --kgw_gamma, else the line's ``kgw_gamma``, else None (the detector's default)."""
+    return _recorded_option(fv, record, where, "kgw_gamma", closed=False)
 
 
 def _stream_keys(secret: keys.Secret, items: Sequence[Item]):
@@ -348,7 +366,8 @@ def parse_detectors(items: Sequence[str]) -> list:
     return specs
 
 
-def _build(fv, spec: DetectorSpec, decoder: str, provenance, draft_fraction: Optional[float] = None):
+def _build(fv, spec: DetectorSpec, decoder: str, provenance, draft_fraction: Optional[float] = None,
+           kgw_gamma: Optional[float] = None):
     """The detector object of ``spec`` for statistics of ``decoder`` (None: it does not apply)."""
     from wmspec_jax import detect
 
@@ -362,6 +381,11 @@ def _build(fv, spec: DetectorSpec, decoder: str, provenance, draft_fraction: Opt
     options = {}
     if "tau" in entry.options and fv.tau is not None:
         options["tau"] = fv.tau
+    if "gamma" in entry.options:
+        if fv.kgw_gamma is not None:
+            options["gamma"] = fv.kgw_gamma
+        elif kgw_gamma is not None:
+            options["gamma"] = kgw_gamma
     if "draft_fraction" in entry.options:
         if fv.draft_fraction is not None:
             options["draft_fraction"] = fv.draft_fraction
@@ -434,10 +458,10 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     from wmspec_jax import decoders, detect
     from wmspec_jax.detect.provenance import Provenance
 
-    decoder, m, h, derivation, draft_fraction, draft_decoder = items[0].group
+    decoder, m, h, derivation, draft_fraction, draft_decoder, kgw_gamma = items[0].group
     settings = Provenance(decoder, m, h, draft_decoder=draft_decoder)
     detectors = [(spec, d) for spec in specs
-                 if (d := _build(fv, spec, decoder, settings, draft_fraction)) is not None]
+                 if (d := _build(fv, spec, decoder, settings, draft_fraction, kgw_gamma)) is not None]
     if not detectors:
         usable = [n for n in detect.registry.names(settings.family, buildable=True) if not detect.registry.entry(n).needs_source]
         raise InputError(f"no --detector applies to {decoder} texts ({items[0].where}, ...): add one of "
@@ -554,6 +578,8 @@ def _check_flags(fv) -> None:
         raise InputError(f"--alpha must be a number in (0, 1], got {fv.alpha}")
     if fv.tau is not None and not (math.isfinite(fv.tau) and 0.0 <= fv.tau <= 1.0):
         raise InputError(f"--tau must be a number in [0, 1], got {fv.tau}")
+    if fv.kgw_gamma is not None and not (math.isfinite(fv.kgw_gamma) and 0.0 < fv.kgw_gamma < 1.0):
+        raise InputError(f"--kgw_gamma must lie in (0, 1), got {fv.kgw_gamma}")
     if fv.draft_fraction is not None and not (math.isfinite(fv.draft_fraction) and 0.0 <= fv.draft_fraction <= 1.0):
         raise InputError(f"--draft_fraction must be a number in [0, 1], got {fv.draft_fraction}")
     if fv.run is not None and fv["run"].present and not fv.run:
@@ -656,7 +682,7 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
         decoder, m, h, draft = _settings_of(fv, x.record, x.where, defaults)
         run, index = _key_of(fv, x.record, x.where, number)
         items.append(Item(number, x.where, x.record, list(toks), offsets[number], decoder, m, h, run, index,
-                          _draft_fraction_of(fv, x.record, x.where), draft))
+                          _draft_fraction_of(fv, x.record, x.where), draft, _kgw_gamma_of(fv, x.record, x.where)))
     t_tok = time.perf_counter()
     groups: dict = {}
     for it in items:

@@ -40,7 +40,7 @@ SECRET_FLAGS = {
     "secret_file": "file holding the watermark secret (its text, surrounding whitespace removed)",
 }
 
-DECODER_NAMES = ("gumbel", "synthid", "synthid_limit", "inverse_transform", "dipmark", "gamma_reweight")
+DECODER_NAMES = ("gumbel", "synthid", "synthid_limit", "inverse_transform", "dipmark", "gamma_reweight", "kgw")
 """The names --decoder and a line's 'decoder' take (``wmspec_jax.decoders.DECODER_NAMES``, written out so
 that --help imports no JAX)."""
 

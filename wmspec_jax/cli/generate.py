@@ -89,6 +89,8 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "DiPmark with alpha 1/2)", flag_values=fv)
     flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
     flags.DEFINE_float("dipmark_alpha", 0.45, "DiPmark's alpha in [0, 1/2] (--decoder=dipmark)", flag_values=fv)
+    flags.DEFINE_float("kgw_gamma", 0.25, "KGW's green fraction gamma in (0, 1) (--decoder=kgw)", flag_values=fv)
+    flags.DEFINE_float("kgw_delta", 2.0, "KGW's logit bias delta in [0, 64] (--decoder=kgw)", flag_values=fv)
     flags.DEFINE_enum("draft_decoder", None, list(cli_flags.DECODER_NAMES), "the draft stream's decoder when it "
                       "differs from --decoder (hu, dathathri, pseudorandom; m and alpha from the same flags)",
                       flag_values=fv)
@@ -133,7 +135,8 @@ def _secret(fv, stderr) -> Optional[keys.Secret]:
 def _decoder(fv):
     from wmspec_jax import decoders
 
-    return decoders.WatermarkDecoder.from_name(fv.decoder, fv.synthid_layers, fv.dipmark_alpha)
+    return decoders.WatermarkDecoder.from_name(fv.decoder, fv.synthid_layers, fv.dipmark_alpha, fv.kgw_gamma,
+                                               fv.kgw_delta)
 
 
 def _draft_decoder(fv):
@@ -141,11 +144,12 @@ def _draft_decoder(fv):
 
     if fv.draft_decoder is None:
         return None
-    return decoders.WatermarkDecoder.from_name(fv.draft_decoder, fv.synthid_layers, fv.dipmark_alpha)
+    return decoders.WatermarkDecoder.from_name(fv.draft_decoder, fv.synthid_layers, fv.dipmark_alpha, fv.kgw_gamma,
+                                               fv.kgw_delta)
 
 
 def _config(fv, pair):
-    from wmspec_jax import decoders, speculative
+    from wmspec_jax import speculative
 
     method = speculative.METHODS[fv.method]
     k = fv.lookahead if (method.speculative or fv["lookahead"].present) else 0
@@ -211,6 +215,8 @@ def _settings_record(fv, pair, secret, config) -> dict:
             "dipmark_alpha": next((d.alpha for d in (config.decoder, config.draft_stream_decoder)
                                    if d.kind == "dipmark"), None),
             "draft_decoder": None if config.draft_decoder is None else fv.draft_decoder,
+            "kgw_gamma": config.decoder.gamma if config.decoder.kind == "kgw" else None,
+            "kgw_delta": config.decoder.delta if config.decoder.kind == "kgw" else None,
             "context_width": fv.context_width, "temperature": fv.temperature, "top_k": fv.top_k or None,
             "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
             "tokenizer": fv.target, "seed": fv.seed,
@@ -246,6 +252,13 @@ def _check_sizes(fv, num_texts: int) -> None:
         raise InputError(f"--draft_decoder: --method={fv.method} draws no watermarked draft token")
     if "dipmark" in (fv.decoder, fv.draft_decoder) and not 0.0 <= fv.dipmark_alpha <= 0.5:
         raise InputError(f"--dipmark_alpha={fv.dipmark_alpha} must lie in [0, 1/2]")
+    if "kgw" in (fv.decoder, fv.draft_decoder):
+        if fv.draft_decoder not in (None, fv.decoder):
+            raise InputError("--decoder=kgw / --draft_decoder: KGW's green list is the target stream's for every "
+                             "token; it takes no other decoder for the draft")
+        if not (0.0 < fv.kgw_gamma < 1.0 and 0.0 <= fv.kgw_delta <= 64.0):
+            raise InputError(f"--kgw_gamma={fv.kgw_gamma} must lie in (0, 1) and --kgw_delta={fv.kgw_delta} in "
+                             "[0, 64]")
     try:
         _decoder(fv)
     except ValueError:

@@ -16,7 +16,8 @@ Pipeline (see ``docs/detection.md``):
    :class:`Soft` (beyond the paper, :func:`fit_soft`); all with calibrated
    p-values. SynthID: :class:`MeanTest` (plain / weighted mean, exact null),
    :class:`Bayes` (App. D) trained by :func:`train_bayes` in modes single /
-   prior (Bayes-Prior) / mlp (Bayes-MLP) / oracle. The functions
+   prior (Bayes-Prior) / mlp (Bayes-MLP) / oracle. KGW (beyond the paper):
+   :class:`GreenCount` (exact binomial p-value). The functions
    :func:`score_ars_tau`, :func:`score_oracle`, ... are the same tests as
    plain functions.
 3. windows — :mod:`.windows`: the best window of a partly watermarked text
@@ -29,7 +30,7 @@ Pipeline (see ``docs/detection.md``):
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "bayes", "bayes_training", "common", "gumbel", "io", "metrics", "provenance", "pvalues", "registry", "soft",
+    "bayes", "bayes_training", "common", "gumbel", "io", "kgw", "metrics", "provenance", "pvalues", "registry", "soft",
     "streams", "synthid", "weighted", "windows",
 )
 _NAMES = {
@@ -39,6 +40,7 @@ _NAMES = {
     "BayesConfig": "bayes",
     "DEFAULTS": "registry",
     "Detector": "common",
+    "GreenCount": "kgw",
     "GumbelStats": "streams",
     "MeanTest": "synthid",
     "Oracle": "gumbel",

@@ -147,7 +147,7 @@ class Detector(abc.ABC):
         check_compatible(getattr(stats, "provenance", None), self.provenance)
 
 
-KINDS = ("single", "ars_tau", "ars_prior", "gumbel_oracle", "gumbel_soft", "synthid_mean", "bayes")
+KINDS = ("single", "ars_tau", "ars_prior", "gumbel_oracle", "gumbel_soft", "synthid_mean", "bayes", "kgw_green")
 
 
 def config_provenance(config: Mapping[str, Any]) -> Provenance:

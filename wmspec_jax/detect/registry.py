@@ -34,8 +34,9 @@ def _module(name: str):
 
 
 def _classes() -> dict:
-    g, soft, s, b = _module("gumbel"), _module("soft"), _module("synthid"), _module("bayes")
-    return {cls.kind: cls for cls in (g.SingleStream, g.ArsTau, g.ArsPrior, g.Oracle, soft.Soft, s.MeanTest, b.Bayes)}
+    g, soft, s, b, k = _module("gumbel"), _module("soft"), _module("synthid"), _module("bayes"), _module("kgw")
+    return {cls.kind: cls for cls in (g.SingleStream, g.ArsTau, g.ArsPrior, g.Oracle, soft.Soft, s.MeanTest, b.Bayes,
+                                      k.GreenCount)}
 
 
 def __getattr__(name: str):
@@ -51,7 +52,7 @@ class Entry:
     Attributes:
       name: the user-facing name.
       decoder: the family of statistics it scores: ``"gumbel"`` (one uniform per token and
-        stream: Gumbel-max, inverse transform, DiPmark) or ``"synthid"``.
+        stream: Gumbel-max, inverse transform, DiPmark), ``"synthid"`` or ``"kgw"``.
       summary: one line for help texts.
       build: makes the detector from a provenance and options (None: it must
         be fitted — pass a saved file).
@@ -103,13 +104,16 @@ def _entries():
         Entry("bayes-oracle", s, "Bayesian Oracle; trained (saved detector), needs generation records",
               needs_source=True, paper="App. D"),
         Entry("bayes-single", s, "single-stream Bayesian detector; trained (saved detector)", paper="App. D"),
+        Entry("kgw-green", "kgw", "KGW's green-token count (target stream's green list), exact binomial p-value; "
+              "gamma from --kgw_gamma, else the line's kgw_gamma, else 0.25",
+              lambda prov, gamma=0.25: _module("kgw").GreenCount(prov, gamma), {"gamma": 0.25}),
     ]
 
 
 ENTRIES = {e.name: e for e in _entries()}
 """Name -> :class:`Entry`."""
 
-DEFAULTS = {"gumbel": "ars-prior", "synthid": "synthid-mean"}
+DEFAULTS = {"gumbel": "ars-prior", "synthid": "synthid-mean", "kgw": "kgw-green"}
 """The default detector of each family of statistics (module doc)."""
 
 
@@ -166,7 +170,8 @@ def from_saved(kind: str, config: Mapping[str, Any], params: Mapping[str, Any]):
 
 def name_of(detector) -> str:
     """The registered name of a detector object (e.g. ``"bayes-mlp"``, ``"soft-oracle"``)."""
-    plain = {"single": "single", "ars_tau": "ars-tau", "ars_prior": "ars-prior", "gumbel_oracle": "oracle"}
+    plain = {"single": "single", "ars_tau": "ars-tau", "ars_prior": "ars-prior", "gumbel_oracle": "oracle",
+             "kgw_green": "kgw-green"}
     if getattr(detector, "kind", None) in plain:  # without importing the SynthID module (Flax)
         return plain[detector.kind]
     soft, synthid, bayes = _module("soft"), _module("synthid"), _module("bayes")
@@ -178,8 +183,7 @@ def name_of(detector) -> str:
         if detector.weighted:
             return "synthid-weighted-mean"
         return "synthid-mean" if detector.streams == "both" else f"synthid-mean-{detector.streams}"
-    return {"single": "single", "ars_tau": "ars-tau", "ars_prior": "ars-prior",
-            "gumbel_oracle": "oracle"}[detector.kind]
+    return plain[detector.kind]
 
 
 def help_text() -> str:

@@ -8,6 +8,9 @@ module recomputes
 * Gumbel-max: y^D_t, y^T_t — the draft-stream and target-stream uniforms
   U_{w_t} of the emitted token w_t (Eq. 2) — and the acceptance uniform u_t
   of the ACCEPT stream (Alg. 1 line 6);
+* KGW: y^D_t = y^T_t = U^T_{w_t}, the emitted token's target-stream uniform
+  (the green list is the target stream's for draft and target tokens;
+  green when U >= 1 − γ), scored by :mod:`.kgw`'s green count;
 * the other decoders scored by the same detectors (one U(0, 1) value per
   token and stream under the null, large under the watermark):
   DiPmark / γ-reweight: y = U_{w_t}, the emitted token's key in the order of
@@ -244,6 +247,7 @@ def alignment_value(eta: jax.Array, u: jax.Array) -> jax.Array:
 
 
 def _uniform_statistic(seeds, tokens, statistic: str):
+    """One stream's per-token value (module doc)."""
     y = prf.token_uniforms(seeds, tokens)
     if statistic == decoders.INVERSE_TRANSFORM:
         return alignment_value(y, prf.position_uniforms(seeds))
@@ -260,7 +264,9 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, stat
     # one seed per (stream, position): [B, 3, L, 2]
     seeds = prf.context_seeds(keys[:, :, None, :], ctx[:, None])
     u = prf.position_uniforms(seeds[:, prf.Stream.ACCEPT])
-    if num_layers == 0:
+    if statistic == decoders.KGW:  # one green list per position, the target stream's, for every token
+        draft = target = prf.token_uniforms(seeds[:, prf.Stream.TARGET], tokens)
+    elif num_layers == 0:
         draft = _uniform_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic)
         target = _uniform_statistic(seeds[:, prf.Stream.TARGET], tokens, statistic)
     else:
@@ -304,8 +310,10 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
     decoder = decoders.gumbel() if decoder is None else decoder
     draft_decoder = decoder if draft_decoder is None else draft_decoder
     for d in (decoder, draft_decoder):
-        if d.family != decoders.GUMBEL:
+        if d.family == decoders.SYNTHID:
             raise ValueError(f"{d.label} texts are scored with synthid_statistics, not gumbel_statistics")
+    if decoders.KGW in (decoder.family, draft_decoder.family) and decoder != draft_decoder:
+        raise ValueError("KGW's green list is the target stream's for every token: no draft_decoder with KGW")
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
     yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
@@ -526,4 +534,4 @@ def statistics(decoder, tokens, keys, *, draft_decoder=None, **kwargs):
         return gumbel_statistics(tokens, keys, decoder=decoder, draft_decoder=draft_decoder, **kwargs)
     if decoder.family == decoders.SYNTHID:
         return synthid_statistics(tokens, keys, decoder.num_layers, **kwargs)
-    return gumbel_statistics(tokens, keys, decoder=decoder, **kwargs)
+    return gumbel_statistics(tokens, keys, decoder=decoder, **kwargs)  # uniform statistics and KGW's
