@@ -14,21 +14,21 @@ from __future__ import annotations
 import os
 
 # Longest first (seconds of each file on a 2-core x86 CPU, summed from
-# `bash scripts/run_tests.sh --durations=0`, 2026-11-26; the whole suite sums to ~1,580 s).
+# `bash scripts/run_tests.sh --durations=0`, 2026-11-26; the whole suite sums to ~1,630 s).
 LONGEST_FILES = (
-    "test_speculative.py",    # ~200 s
+    "test_speculative.py",    # ~230 s
     "test_lab.py",            # ~175 s: the experiment scripts as subprocesses, SIGKILL and resume
     "test_notebooks.py",      # ~100 s: four notebooks in kernels
-    "test_sharding.py",       # ~75 s: 8 forced devices in a subprocess
-    "test_cli.py",            # ~75 s: wmspec-generate / wmspec-detect on the built-in pair
-    "test_parity.py",         # ~70 s: parity with transformers
-    "test_cli_generate_adversarial.py",  # ~70 s: six generation configurations of the built-in pair
+    "test_cli_generate_adversarial.py",  # ~90 s: eight generation configurations of the built-in pair
+    "test_cli.py",            # ~80 s: wmspec-generate / wmspec-detect on the built-in pair
+    "test_parity.py",         # ~80 s: parity with transformers
+    "test_sharding.py",       # ~70 s: 8 forced devices in a subprocess
     "test_sharded_runs.py",   # ~55 s: 8 devices, two jax.distributed processes
-    "test_draft_sharding.py",  # ~55 s
-    "test_feature_draft.py",  # ~50 s
+    "test_benchmarks.py",     # ~55 s: the accelerator check at reduced shapes, six processes
     "test_builtin.py",        # ~50 s
+    "test_feature_draft.py",  # ~50 s
+    "test_draft_sharding.py",  # ~50 s
     "test_families.py",       # ~40 s
-    "test_benchmarks.py",     # ~40 s: the accelerator check at reduced shapes, six processes
 )
 
 
