@@ -13,6 +13,11 @@ errors, the inputs, sample counts, seed and provenance) and ``tradeoff.png``
 * right — Hu's and Google's classes (App. C.2) for both decoders, Google's
   class with finite-m SynthID (the lower gray curve), the optimum star.
 
+``--extra_decoders=dipmark,gamma_reweight,inverse_transform`` (beyond the
+paper) adds, per decoder, Google's class by Monte Carlo (right panel), its
+strength-maintained end and Alg. 1's point (for a non-degenerate decoder SE
+stays 1 − TV and WS falls below Ent(P)).
+
 ``--published_hu`` draws Hu's class as the paper's released simulation
 computed it (unnormalised residual), clearly labelled; the JSON always holds
 both the correct and the as-published Hu curves.
@@ -42,6 +47,7 @@ from wmspec_jax.tradeoff import kernels
 FLAGS = flags.FLAGS
 PAPER_Q = "0.4,0.10,0.12,0.11,0.08,0.06,0.05,0.035,0.025,0.02"
 PAPER_P = "0.1,0.13,0.155,0.115,0.235,0.065,0.055,0.05,0.06,0.035"
+EXTRA_DECODERS = ("inverse_transform", "dipmark", "gamma_reweight")
 flags.DEFINE_list("q", PAPER_Q.split(","), "Draft distribution Q (comma list). Default: App. C.1.")
 flags.DEFINE_list("p", PAPER_P.split(","), "Target distribution P (comma list). Default: App. C.1.")
 flags.DEFINE_integer("num_samples", 10_000_000, "Monte Carlo samples of ζ per estimate (App. C.1 uses 1e7).")
@@ -57,9 +63,12 @@ flags.DEFINE_integer("blocks_per_chunk", to.montecarlo.DEFAULT_BLOCKS_PER_CHUNK,
 flags.DEFINE_bool("linear_finite_synthid", False,
                   "Also compute the linear class for finite-m SynthID (slow: one MC pass per zoom round).")
 flags.DEFINE_bool("force", False, "Recompute everything, ignoring the cache.")
+flags.DEFINE_list("extra_decoders", [], "Unbiased decoders beyond the paper to add (inverse_transform, dipmark, "
+                  "gamma_reweight): Google's class, strength-maintained and Alg. 1 points, by Monte Carlo.")
 
 CODE_VERSION = "tradeoff-curves-v1"  # bump when a cached quantity's definition changes
 ORANGE, BLUE, GRAY = "tab:orange", "tab:blue", "0.45"
+EXTRA_COLORS = ("tab:purple", "tab:green", "tab:brown", "tab:pink")  # decoders beyond the paper
 
 
 # ---------------------------------------------------------------------------
@@ -173,12 +182,16 @@ def compute_all(q, p, cache: Cache, flags_) -> dict:
 
     # 3. Finite-m SynthID: not degenerate, so Monte Carlo over per-sample distributions.
     curve_codec = (lambda c: c.to_json(), to.Curve.from_json)
+
+    def google_mc(dec):
+        return timed(f"google_{dec.name}", lambda: cache.get_or_compute(
+            f"google_{dec.name}", {"decoder": dec.name, "gammas": gammas.tolist()},
+            lambda: to.kernel_curve_mc(q, p, dec, kernels.GOOGLE, gammas, flags_.seed, n,
+                                       block_size=flags_.block_size, progress=progress_printer(f"google {dec.name}")),
+            *curve_codec))
+
     print(f"Google's class, {syn_m.label}: {n:,d} samples x {gammas.size} gammas", flush=True)
-    c = timed(f"google_{syn_m.name}", lambda: cache.get_or_compute(
-        f"google_{syn_m.name}", {"decoder": syn_m.name, "gammas": gammas.tolist()},
-        lambda: to.kernel_curve_mc(q, p, syn_m, kernels.GOOGLE, gammas, flags_.seed, n,
-                                   block_size=flags_.block_size, progress=progress_printer(f"google {syn_m.name}")),
-        *curve_codec))
+    c = google_mc(syn_m)
     curves[c.name] = c
     if flags_.linear_finite_synthid:
         print(f"linear class, {syn_m.label}: {n:,d} samples, several passes", flush=True)
@@ -189,6 +202,17 @@ def compute_all(q, p, cache: Cache, flags_) -> dict:
                                           progress=progress_printer(f"linear {syn_m.name}")),
             *curve_codec))
         curves[c.name] = c
+
+    # 3b. Decoders beyond the paper: Google's class and Alg. 1's point by Monte Carlo, as for finite m.
+    for name in getattr(flags_, "extra_decoders", ()) or ():
+        dec = to.WatermarkDecoder.from_name(name)
+        print(f"Google's class and Alg. 1, {dec.label}: {n:,d} samples x {gammas.size} gammas", flush=True)
+        c = google_mc(dec)
+        curves[c.name] = c
+        points[f"alg1_{dec.name}"] = timed(f"alg1_{dec.name}", lambda: cache.get_or_compute(
+            f"alg1_{dec.name}", {"decoder": dec.name},
+            lambda: to.alg1_point_mc(q, p, dec, flags_.seed, n, progress=progress_printer(f"alg1 {dec.name}"), **mc),
+            lambda pt: pt.to_json(), to.Point.from_json))
 
     # 4. Reference points.
     points["speculative_sampling"] = to.speculative_sampling_point(q, p)
@@ -254,7 +278,14 @@ def plot(result: dict, published_hu: bool, path: pathlib.Path) -> None:
 
     curves, points = result["curves"], result["points"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2), constrained_layout=True)
-    color = lambda c: ORANGE if c.decoder == "Gumbel-max" else (BLUE if "∞" in c.decoder else GRAY)
+    extra_colors = iter(EXTRA_COLORS)
+    extra = {c.decoder: next(extra_colors) for c in curves.values() if not c.decoder.startswith(("Gumbel", "SynthID"))}
+
+    def color(c):
+        if c.decoder in extra:
+            return extra[c.decoder]
+        return ORANGE if c.decoder == "Gumbel-max" else (BLUE if "∞" in c.decoder else GRAY)
+
 
     def star_and_cross(ax):
         opt, ss = points["optimum"], points["speculative_sampling"]
@@ -281,6 +312,9 @@ def plot(result: dict, published_hu: bool, path: pathlib.Path) -> None:
             continue
         right.plot(c.se, c.ws, "--" if c.cls == "hu" else ":", color=color(c), lw=2, label=c.label)
         right.plot(c.se[[0, -1]], c.ws[[0, -1]], "o", color=color(c), ms=4)
+    for label, col in extra.items():  # Alg. 1 with a decoder beyond the paper
+        pt = next(pt for name, pt in points.items() if name.startswith("alg1_") and pt.label.endswith(label))
+        right.plot(pt.se, pt.ws, "D", color=col, mec="k", ms=7, zorder=6, label=pt.label)
     star_and_cross(right)
     right.set_title("Hu's and Google's classes (App. C.2)" + ("\nHu's class AS PUBLISHED (unnormalised residual)" if published_hu else ""))
     n = result["inputs"]["num_samples"]
@@ -305,13 +339,17 @@ def main(argv):
         raise app.UsageError(f"--q has {q.size} entries but --p has {p.size}")
     if FLAGS.num_samples < 2:
         raise app.UsageError("--num_samples must be >= 2")
+    for name in FLAGS.extra_decoders:
+        if name not in EXTRA_DECODERS:
+            raise app.UsageError(f"--extra_decoders takes {', '.join(EXTRA_DECODERS)} (unbiased decoders beyond the "
+                                 f"paper), got {name!r}")
     out = pathlib.Path(FLAGS.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     inputs = {
         "q": q.tolist(), "p": p.tolist(), "num_samples": FLAGS.num_samples, "seed": FLAGS.seed,
         "synthid_layers": FLAGS.synthid_layers, "synthid_limit_layers": FLAGS.synthid_limit_layers,
         "num_gammas": FLAGS.num_gammas, "num_levels": FLAGS.num_levels, "block_size": FLAGS.block_size,
-        "published_hu_plotted": FLAGS.published_hu,
+        "published_hu_plotted": FLAGS.published_hu, "extra_decoders": list(FLAGS.extra_decoders),
         "zeta_source": f"wmspec_jax.prf counter-based hash ({prf.PRF_VERSION}), context = sample index, "
                        "stream keys from the seed (zeta.run_keys)",
         "jax_version": jax.__version__, "devices": [str(d) for d in jax.devices()],

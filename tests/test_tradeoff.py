@@ -430,6 +430,36 @@ def test_alg1_attains_the_optimum():
     zcheck(pt.ws, pt.ws_stderr, ENT_P, "Alg. 1 WS")
 
 
+def test_alg1_with_a_non_degenerate_decoder_matches_exact_enumeration():
+    """Beyond the paper: Alg. 1 with DiPmark (α = 0.3, V = 4). SE stays 1 − TV; WS = E_ζ KL(P'_ζ || P) is
+    below Ent(P). The exact value enumerates all 24 x 24 (π^D, π^T) and integrates u piecewise."""
+    q4 = np.array([0.4, 0.3, 0.2, 0.1], np.float32)
+    p4 = np.array([0.15, 0.25, 0.35, 0.25], np.float32)
+    dec = decoders.dipmark_decoder(0.3)
+    a = np.minimum(1.0, p4 / q4).astype(np.float64)
+    res = np.maximum(p4 - q4, 0.0).astype(np.float64)
+    res /= res.sum()
+    orders = [np.asarray(o, np.float32) for o in itertools.permutations(range(4))]
+    qzs = [np.asarray(decoders.dipmark(q4, o, 0.3), np.float64) for o in orders]
+    rzs = [np.asarray(decoders.dipmark(res.astype(np.float32), o, 0.3), np.float64) for o in orders]
+    cuts = np.unique(np.concatenate([[0.0, 1.0], a]))
+    se = ws = 0.0
+    for qz in qzs:
+        for rz in rzs:
+            for lo, hi in zip(cuts[:-1], cuts[1:]):
+                acc = (a > 0.5 * (lo + hi)).astype(np.float64)
+                accepted = float(np.sum(qz * acc))
+                out = qz * acc + (1.0 - accepted) * rz
+                kl = float(np.sum(np.where(out > 0, out * np.log(np.where(out > 0, out, 1.0) / p4), 0.0)))
+                se += (hi - lo) * accepted / len(orders) ** 2
+                ws += (hi - lo) * kl / len(orders) ** 2
+    pt = to.alg1_point_mc(q4, p4, dec, 5, N)
+    zcheck(pt.se, pt.se_stderr, 1.0 - 0.5 * np.abs(p4 - q4).sum(), "Alg. 1 SE with DiPmark = 1 - TV")
+    assert se == pytest.approx(1.0 - 0.5 * np.abs(p4 - q4).sum(), abs=1e-6)
+    zcheck(pt.ws, pt.ws_stderr, ws, "Alg. 1 WS with DiPmark")
+    assert ws < float(-np.sum(p4 * np.log(p4))) - 0.1  # below Ent(P): not degenerate
+
+
 def test_strength_maintained_points(pi_gumbel):
     agree = to.gumbel_agreement_exact(Q, P)
     pt = to.maintained_point_from_coupling(Q, P, pi_gumbel, to.gumbel())
@@ -465,8 +495,8 @@ def test_input_validation(exact):
         to.kernel_curve_from_coupling(Q, P, to.Coupling(np.eye(3) / 3, 10), kernels.HU, GAMMAS)
     with pytest.raises(ValueError, match="strictly positive"):
         to.gumbel_coupling_exact(np.array([0.5, 0.5, 0.0]), np.array([0.2, 0.3, 0.5]))
-    with pytest.raises(ValueError, match="degenerate"):
-        to.alg1_point_mc(Q, P, to.synthid(30), 0, 100)
+    with pytest.raises(ValueError, match="biased"):
+        to.alg1_point_mc(Q, P, decoders.kgw_decoder(), 0, 100)
     with pytest.raises(ValueError, match="num_levels"):
         to.linear_frontier(Q, P, exact, num_levels=1)
 
@@ -515,4 +545,16 @@ def test_experiment_writes_and_resumes(tmp_path):
     assert doc2["curves"]["google_synthid_m30"]["ws"] == doc["curves"]["google_synthid_m30"]["ws"]
     assert doc2["inputs"]["published_hu_plotted"] is True
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*tmp*"))
+    # A decoder beyond the paper adds its Google's class and Alg. 1's point (SE = 1 − TV, WS < Ent(P))
+    exp.FLAGS.unparse_flags()
+    exp.FLAGS(argv + ["--extra_decoders=gamma_reweight"])
+    exp.main([argv[0]])
+    doc3 = json.loads((tmp_path / "tradeoff.json").read_text())
+    alg1 = doc3["reference_points"]["alg1_gamma_reweight"]
+    assert len(doc3["curves"]["google_gamma_reweight"]["se"]) == 11
+    assert abs(alg1["se"] - 0.7) < 5 * alg1["se_stderr"] + 1e-9 and alg1["ws"] < doc3["closed_forms"]["entropy_p"] - 1
+    exp.FLAGS.unparse_flags()
+    with pytest.raises(Exception, match="extra_decoders"):
+        exp.FLAGS(argv + ["--extra_decoders=kgw"])
+        exp.main([argv[0]])
     exp.FLAGS.unparse_flags()

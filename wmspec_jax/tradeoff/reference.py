@@ -140,12 +140,31 @@ def _alg1_stats(decoder, params, key, index):
     return jnp.stack([accepted.astype(jnp.float32), -jnp.log(p[out])], axis=-1)
 
 
+def _alg1_stats_distribution(decoder, params, key, index):
+    """One step of Alg. 1 with a non-degenerate decoder (beyond the paper): given ζ the draft token has
+    law Q_{ζ^D} and the residual token R_{ζ^T}, so with u = G(ζ^R) the output's law is
+    P'_ζ = Σ_x Q_{ζ^D}(x) (1{u < a_x} δ_x + 1{u >= a_x} R_{ζ^T}); SE = Σ_x Q_{ζ^D}(x) 1{u < a_x},
+    WS = KL(P'_ζ || P)."""
+    q, p = params
+    v = q.shape[-1]
+    qz = zeta_lib.decode(decoder, q, zeta_lib.draw(decoder, key[prf.Stream.DRAFT], index, v))
+    rz = zeta_lib.decode(decoder, theory.residual(p, q), zeta_lib.draw(decoder, key[prf.Stream.TARGET], index, v))
+    u = prf.position_uniforms(zeta_lib.seeds(key[prf.Stream.ACCEPT], index))
+    accept = (u[:, None] < theory.acceptance_probability(q, p)[None, :]).astype(jnp.float32)
+    accepted = jnp.sum(qz * accept, axis=-1)
+    out = qz * accept + (1.0 - accepted)[:, None] * rz
+    return jnp.stack([accepted, theory.kl_divergence(out, p)], axis=-1)
+
+
 def alg1_point_mc(q, p, decoder: zeta_lib.WatermarkDecoder, key, num_samples: int, **mc_kwargs) -> Point:
-    """Monte Carlo of Alg. 1's single step (degenerate decoder): should sit on the optimum."""
+    """Monte Carlo of Alg. 1's single step: with a degenerate decoder it sits on the optimum (1 − TV,
+    Ent(P)) (Thm 4.1); with a non-degenerate unbiased one (DiPmark, finite-m SynthID; beyond the paper)
+    SE is still 1 − TV and WS is E_ζ KL(P'_ζ || P) < Ent(P) (:func:`_alg1_stats_distribution`)."""
     q, p = coupling_lib.check_pair(q, p)
-    if not decoder.degenerate:
-        raise ValueError(f"Alg. 1 attains the optimum with a degenerate decoder; {decoder.label} is not")
-    m = montecarlo.moments(_alg1_stats, decoder, (jnp.asarray(q), jnp.asarray(p)), key, num_samples, **mc_kwargs)
+    if decoder.biased:
+        raise ValueError(f"{decoder.label} is biased: the trade-off points are defined for unbiased decoders")
+    stats = _alg1_stats if decoder.degenerate else _alg1_stats_distribution
+    m = montecarlo.moments(stats, decoder, (jnp.asarray(q), jnp.asarray(p)), key, num_samples, **mc_kwargs)
     return Point(f"alg1_{decoder.name}", f"Alg. 1 (pseudorandom acceptance), {decoder.label}",
                  float(m.mean[0]), float(m.stderr[0]), float(m.mean[1]), float(m.stderr[1]), m.num_samples,
                  {"method": "monte carlo over (zeta^D, zeta^T, zeta^R)"})
