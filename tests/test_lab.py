@@ -66,7 +66,9 @@ def test_run_spec_names_and_validation():
     with pytest.raises(ValueError, match="lookahead"):
         runs.RunSpec("basic", "gumbel", 2, 0.5)
     with pytest.raises(ValueError, match="decoder"):
-        runs.RunSpec("basic", "kgw", 0, 0.5)
+        runs.RunSpec("basic", "aar", 0, 0.5)
+    assert runs.RunSpec("pseudorandom", "kgw", 3, 0.7).name == "pseudorandom-kgw_g0.25_d2-K3-T0.7"
+    assert runs.RunSpec("basic", "gamma_reweight", 0, 0.7).watermark_decoder.alpha == 0.5
 
 
 def test_runs_resume_and_do_not_depend_on_the_batch(tmp_path, toy_pair, prompts):

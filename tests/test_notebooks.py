@@ -11,7 +11,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NOTEBOOKS = ["quickstart.ipynb", "tradeoff_curves.ipynb", "detection.ipynb", "robustness.ipynb"]
+NOTEBOOKS = ["quickstart.ipynb", "tradeoff_curves.ipynb", "detection.ipynb", "robustness.ipynb", "decoders.ipynb"]
 NEEDS_BUILTIN = {"quickstart.ipynb", "detection.ipynb"}
 
 

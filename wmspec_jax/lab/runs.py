@@ -52,7 +52,7 @@ from wmspec_jax import batching, decoders, keys, prf, sampling, sharding, specul
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.storage import JsonlStore, Progress
 
-DECODER_KINDS = (decoders.GUMBEL, decoders.SYNTHID)
+DECODER_KINDS = decoders.DECODER_NAMES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,8 @@ class RunSpec:
     Attributes:
       method: a :data:`wmspec_jax.speculative.METHODS` name (``basic``,
         ``standard``, ``pseudorandom`` = Alg. 1, ...).
-      decoder: ``"gumbel"`` or ``"synthid"``.
+      decoder: a :data:`wmspec_jax.decoders.DECODER_NAMES` name (the paper's experiments use
+        ``"gumbel"`` and ``"synthid"``; the others take their default settings).
       lookahead: K (0 for non-speculative methods).
       temperature: applied to P and Q alike.
       num_layers: SynthID's m (ignored for Gumbel-max).
@@ -89,7 +90,7 @@ class RunSpec:
 
     @property
     def watermark_decoder(self) -> decoders.WatermarkDecoder:
-        return decoders.WatermarkDecoder(self.decoder, self.num_layers)
+        return decoders.WatermarkDecoder.from_name(self.decoder, self.num_layers)
 
     def config(self, max_new_tokens: int, eos_id: Optional[int] = None, pad_id: int = 0,
                top_k: Optional[int] = None, context_width: int = prf.DEFAULT_CONTEXT_WIDTH):
