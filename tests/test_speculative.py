@@ -102,6 +102,26 @@ def test_thm41_for_the_decoders_beyond_the_paper(method, k, top_k, decoder):
 
 @pytest.mark.parametrize("draft_decoder,decoder,top_k", [(GUMBEL, SYNTH, None), (DIPMARK, INVERSE, 2)],
                          ids=["gumbel-draft-synthid-target", "dipmark-draft-inverse-target-top2"])
+def _tempered(table, temperature):
+    t = np.asarray(table, np.float64) ** (1.0 / temperature)
+    return t / t.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("decoder,method,temperature", [(DIPMARK, "hu", 1.0), (INVERSE, "pseudorandom", 0.6)],
+                         ids=["dipmark-hu", "inverse_transform-pseudorandom-T0.6"])
+def test_thm41_beyond_the_paper_with_hu_and_a_temperature(decoder, method, temperature):
+    """Hu's method (watermarked draft and bonus, plain residual) and a temperature below 1: the law is the
+    tempered P, the first acceptance rate 1 − TV of the tempered pair (10k keys)."""
+    res = run(method, 2, decoder, n=10_000, temperature=temperature)
+    p_t, q_t = _tempered(P_TAB, temperature), _tempered(Q_TAB, temperature)
+    toks = generated(res, 3)
+    counts = np.bincount(toks[:, 0] * V * V + toks[:, 1] * V + toks[:, 2], minlength=V**3)
+    stats.assert_counts_match(counts, toy.sequence_probs(p_t, PROMPT[-1], 3), f"{method}/{decoder.name}/T")
+    first = np.asarray(res.source[:, len(PROMPT)])
+    tv = 0.5 * np.abs(p_t[PROMPT[-1]] - q_t[PROMPT[-1]]).sum()
+    stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - tv, "acceptance")
+
+
 def test_thm41_with_different_decoders_for_draft_and_target(draft_decoder, decoder, top_k):
     """A draft stream with its own unbiased decoder keeps Alg. 1's law P and acceptance rate 1 − TV, and the
     drafts are the draft decoder's tokens."""
