@@ -33,7 +33,7 @@ import time
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import decoders, keys, speculative, storage
+from wmspec_jax import decoders, keys, prf, speculative, storage
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.lab import data, pairs, runs
 from wmspec_jax.lab.session import script_main
@@ -81,21 +81,18 @@ def check_flags() -> tuple:
     return list(FLAGS.decoders), lengths
 
 
-def pvalues(decoder: decoders.WatermarkDecoder, tokens, lengths, starts, text_keys, vocab_size: int,
-            draft_fraction: float, num_tokens: int) -> np.ndarray:
-    """Each text's p-value from the decoder's key-only detector on its first ``num_tokens`` tokens."""
+def pvalues(decoder: decoders.WatermarkDecoder, texts: list, text_keys, vocab_size: int, draft_fraction: float,
+            num_tokens: list) -> dict:
+    """{n: each text's p-value on its first n scored tokens} from the decoder's key-only detector
+    (:data:`wmspec_jax.detect.DEFAULTS` of its family); the answer alone, its first h tokens context only."""
     from wmspec_jax import detect
 
-    stats = detect.truncate(detect.statistics(decoder, tokens, text_keys, vocab_size=vocab_size, lengths=lengths,
-                                              starts=starts), num_tokens)
-    if decoder.family == decoders.SYNTHID:
-        detector = detect.make("synthid-mean", stats.provenance)
-    elif decoder.family == decoders.KGW:
-        detector = detect.make("kgw-green", stats.provenance, gamma=decoder.gamma)
-    else:
-        detector = detect.make("ars-prior", stats.provenance, draft_fraction=draft_fraction)
-    rngs = detect.text_rngs(FLAGS.seed, np.arange(len(lengths)))
-    return np.asarray(detector.score(stats, rng=rngs).pvalue, np.float64)
+    tokens, lengths = pad(texts)
+    stats = detect.statistics(decoder, tokens, text_keys, vocab_size=vocab_size, lengths=lengths)
+    options = {decoders.KGW: {"gamma": decoder.gamma}, decoders.GUMBEL: {"draft_fraction": draft_fraction}}
+    detector = detect.make(detect.DEFAULTS[decoder.family], stats.provenance, **options.get(decoder.family, {}))
+    rngs = detect.text_rngs(FLAGS.seed, np.arange(len(texts)))
+    return {n: np.asarray(detector.score(detect.truncate(stats, n), rng=rngs).pvalue, np.float64) for n in num_tokens}
 
 
 def pad(rows) -> tuple:
@@ -110,31 +107,23 @@ def pad(rows) -> tuple:
 def evaluate(run: runs.RunSpec, records: list, human: list, secret, vocab_size: int, lengths: list) -> dict:
     """One table row: speed, quality, TPR and human FPR at each length."""
     decoder = run.watermark_decoder
-    idx = [r["index"] for r in records]
-    text_keys = keys.text_keys(secret, idx, run=run.name)
-    tokens, lens = pad([r["tokens"] for r in records])
+    text_keys = keys.text_keys(secret, [r["index"] for r in records], run=run.name)
     sources = np.concatenate([np.asarray(r["source"]) for r in records])
     drafts = float(np.mean(sources == speculative.SOURCE_DRAFT)) if sources.size else 0.0
     row = {"decoder": decoder.name, "label": decoder.label, "method": run.method, "run": run.name,
            "num_texts": len(records), "aatps": float(np.mean([r["aatps"] for r in records])),
            "logppl": float(np.mean([r["logppl"] for r in records])), "draft_fraction": drafts,
            "tpr_at_1pct": {}, "human_fpr_at_1pct": {}, "num_human": 0}
-    starts = None  # the answer alone, as a user pastes it: its first h tokens are context only
-    usable = [i for i, h in enumerate(human) if len(h) > decoder_context(run)]
-    h_tokens, h_lens = pad([human[i] for i in usable]) if usable else (None, None)
-    h_keys = keys.text_keys(secret, usable, run=run.name) if usable else None
-    row["num_human"] = len(usable)
-    for n in lengths:
-        p = pvalues(decoder, tokens, lens, starts, text_keys, vocab_size, drafts, int(n))
+    counts = [int(n) for n in lengths]
+    for n, p in pvalues(decoder, [r["tokens"] for r in records], text_keys, vocab_size, drafts, counts).items():
         row["tpr_at_1pct"][str(n)] = float(np.mean(p <= ALPHA))
-        if usable:
-            ph = pvalues(decoder, h_tokens, h_lens, None, h_keys, vocab_size, drafts, int(n))
-            row["human_fpr_at_1pct"][str(n)] = float(np.mean(ph <= ALPHA))
+    usable = [i for i, h in enumerate(human) if len(h) > prf.DEFAULT_CONTEXT_WIDTH]  # a scored token at least
+    row["num_human"] = len(usable)
+    if usable:
+        h_keys = keys.text_keys(secret, usable, run=run.name)
+        for n, p in pvalues(decoder, [human[i] for i in usable], h_keys, vocab_size, drafts, counts).items():
+            row["human_fpr_at_1pct"][str(n)] = float(np.mean(p <= ALPHA))
     return row
-
-
-def decoder_context(run: runs.RunSpec) -> int:
-    return run.config(1).context_width
 
 
 def write_outputs(out: str, rows: list, settings: dict) -> None:

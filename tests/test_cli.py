@@ -4,7 +4,6 @@ over >= 1,000 texts), a span inside human text is located, and every bad input i
 status != 0. The key never shows in the output. The traps of each tool: test_cli_*_adversarial.py."""
 
 import importlib.util
-import io
 import json
 import os
 import subprocess
@@ -14,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests import stats
+from tests.cli_calls import lines, run_tool
 from wmspec_jax import keys
 from wmspec_jax.lab import data
 from wmspec_jax.cli import detect as cli_detect
@@ -30,15 +30,7 @@ ALPHA = 0.01
 
 
 def call(tool, args, stdin=None):
-    out, err = io.StringIO(), io.StringIO()
-    rc = tool.run([tool.PROG] + list(args), stdin=None if stdin is None else io.BytesIO(stdin), stdout=out,
-                  stderr=err)
-    assert SECRET not in out.getvalue() + err.getvalue()
-    return rc, out.getvalue(), err.getvalue()
-
-
-def lines(text):
-    return [json.loads(x) for x in text.splitlines() if x.strip()]
+    return run_tool(tool, args, SECRET, stdin)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +70,7 @@ def test_generate_writes_what_detection_needs_and_resumes(generated, secret_file
     rc, _, err = call(cli_generate, args)  # the same run again: nothing to do
     assert rc == 0 and "generated 0 texts" in err and out.read_bytes() == before
     rc, _, err = call(cli_generate, args[:-2] + [f"--secret_file={secret_file}"])  # no --run: another run
-    assert rc == 2 and "already holds texts of another run" in err and f"--run" in err
+    assert rc == 2 and "already holds texts of another run" in err and "--run" in err
     rc, _, err = call(cli_generate, args + ["--temperature=0.5"])
     assert rc == 2 and "other settings" in err and "temperature" in err
 

@@ -4,7 +4,6 @@ what a line records (key, PRF version, settings, token ids, draft fraction) is u
 silently ignored."""
 
 import importlib.util
-import io
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import sys
 
 import pytest
 
+from tests.cli_calls import lines, run_tool
 from wmspec_jax import keys, prf
 from wmspec_jax.cli import detect as cli_detect
 
@@ -25,15 +25,7 @@ TEXT = ("The sky looks blue because the air scatters the short blue wavelengths 
 
 
 def call(args, stdin=None):
-    out, err = io.StringIO(), io.StringIO()
-    rc = cli_detect.run([cli_detect.PROG] + list(args), stdin=None if stdin is None else io.BytesIO(stdin),
-                        stdout=out, stderr=err)
-    assert SECRET not in out.getvalue() + err.getvalue()
-    return rc, out.getvalue(), err.getvalue()
-
-
-def lines(text):
-    return [json.loads(x) for x in text.splitlines() if x.strip()]
+    return run_tool(cli_detect, args, SECRET, stdin)
 
 
 @pytest.fixture(scope="module")

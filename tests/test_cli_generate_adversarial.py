@@ -4,7 +4,6 @@ overwritten, a resumed file with odd lines is handled, and the saved lines say w
 watermark."""
 
 import importlib.util
-import io
 import json
 import os
 import subprocess
@@ -13,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.cli_calls import lines, run_tool
 from wmspec_jax import keys
 from wmspec_jax.cli import detect as cli_detect
 from wmspec_jax.cli import generate as cli_generate
@@ -26,15 +26,7 @@ QUESTIONS = ["Why is the sky blue?", "How do magnets work?", "Why is the sky blu
 
 
 def call(tool, args, stdin=None):
-    out, err = io.StringIO(), io.StringIO()
-    rc = tool.run([tool.PROG] + list(args), stdin=None if stdin is None else io.BytesIO(stdin), stdout=out,
-                  stderr=err)
-    assert SECRET not in out.getvalue() + err.getvalue()
-    return rc, out.getvalue(), err.getvalue()
-
-
-def lines(text):
-    return [json.loads(x) for x in text.splitlines() if x.strip()]
+    return run_tool(tool, args, SECRET, stdin)
 
 
 @pytest.fixture(scope="module")

@@ -100,8 +100,6 @@ def test_thm41_for_the_decoders_beyond_the_paper(method, k, top_k, decoder):
                                    f"{method}/{decoder.name} acceptance")
 
 
-@pytest.mark.parametrize("draft_decoder,decoder,top_k", [(GUMBEL, SYNTH, None), (DIPMARK, INVERSE, 2)],
-                         ids=["gumbel-draft-synthid-target", "dipmark-draft-inverse-target-top2"])
 def _tempered(table, temperature):
     t = np.asarray(table, np.float64) ** (1.0 / temperature)
     return t / t.sum(1, keepdims=True)
@@ -122,6 +120,8 @@ def test_thm41_beyond_the_paper_with_hu_and_a_temperature(decoder, method, tempe
     stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - tv, "acceptance")
 
 
+@pytest.mark.parametrize("draft_decoder,decoder,top_k", [(GUMBEL, SYNTH, None), (DIPMARK, INVERSE, 2)],
+                         ids=["gumbel-draft-synthid-target", "dipmark-draft-inverse-target-top2"])
 def test_thm41_with_different_decoders_for_draft_and_target(draft_decoder, decoder, top_k):
     """A draft stream with its own unbiased decoder keeps Alg. 1's law P and acceptance rate 1 − TV, and the
     drafts are the draft decoder's tokens."""

@@ -79,7 +79,8 @@ from absl import flags
 from wmspec_jax import keys
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli.texts import InputError, is_terminal, load_tokenizer, read_inputs, vocab_size, write_lines
+from wmspec_jax.cli.texts import (InputError, is_terminal, load_tokenizer, read_inputs, refuse_output_among_inputs,
+                                  vocab_size, write_lines)
 
 PROG = "wmspec-detect"
 DECODERS = cli_flags.DECODER_NAMES
@@ -590,12 +591,7 @@ def check_output(output: Optional[str], inputs: Sequence[str]) -> None:
     """Refuses an ``--output`` that is one of the inputs or cannot be written, before any work."""
     if output is None:
         return
-    for path in inputs:
-        if path != "-" and os.path.exists(path) and (
-                os.path.realpath(path) == os.path.realpath(output)
-                or (os.path.exists(output) and os.path.samefile(path, output))):
-            raise InputError(f"--output={output} is also an input: the results would replace the texts; choose "
-                             "another --output")
+    refuse_output_among_inputs(output, inputs, "the results would replace the texts")
     if os.path.isdir(output):
         raise InputError(f"--output={output} is a directory")
     directory = os.path.dirname(os.path.abspath(output))

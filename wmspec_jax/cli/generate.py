@@ -62,7 +62,7 @@ from absl import flags
 from wmspec_jax import keys
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli.texts import InputError, read_inputs
+from wmspec_jax.cli.texts import InputError, read_inputs, refuse_output_among_inputs
 
 PROG = "wmspec-generate"
 KEY_MODES = ("deployment", "per_text")
@@ -270,17 +270,6 @@ def _check_sizes(fv, num_texts: int) -> None:
                          f"({num_texts} texts)")
 
 
-def _check_output_is_not_an_input(output: Optional[str], paths: Sequence[str]) -> None:
-    if output is None:
-        return
-    for path in paths:
-        if path != "-" and os.path.exists(path) and (
-                os.path.realpath(path) == os.path.realpath(output)
-                or (os.path.exists(output) and os.path.samefile(path, output))):
-            raise InputError(f"--output={output} is also an input: the generated lines would be written into "
-                             "it; choose another --output")
-
-
 def _report_repeated_prompts(fv, texts: Sequence[str], where: Sequence[str], stderr) -> None:
     if fv.keys != "deployment":
         return
@@ -304,7 +293,7 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     all_paths = list(fv.input) + list(paths)
-    _check_output_is_not_an_input(fv.output, all_paths)
+    refuse_output_among_inputs(fv.output, all_paths, "the generated lines would be written into it")
     secret = _secret(fv, stderr)
     inputs = read_inputs(all_paths, fmt=fv.input_format, field=fv.prompt_field, unit="line", stdin=stdin)
     inputs = [x for x in inputs if x.text.strip()]

@@ -20,6 +20,18 @@ class InputError(ValueError):
     """A bad input of a command-line tool (missing, binary, empty, malformed, bad tokenizer)."""
 
 
+def refuse_output_among_inputs(output, inputs, consequence: str) -> None:
+    """Raises InputError when ``output`` is one of ``inputs`` (by path or by file identity): writing it
+    would ``consequence``."""
+    if output is None:
+        return
+    for path in inputs:
+        if path != "-" and os.path.exists(path) and (
+                os.path.realpath(path) == os.path.realpath(output)
+                or (os.path.exists(output) and os.path.samefile(path, output))):
+            raise InputError(f"--output={output} is also an input: {consequence}; choose another --output")
+
+
 class InputText(NamedTuple):
     """One text of the input.
 
