@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def test_accelerator_check_runs_on_the_cpu_at_reduced_shapes(tmp_path):
     env = dict(os.environ, CHECK_REDUCE="32", CHECK_REPEATS="1", CHECK_NEW_TOKENS="4", CHECK_LAYERS="1",
-               CHECK_PAPER_RUNS="--pairs=llama2 --methods=plain",
+               CHECK_PAPER_RUNS="--pairs=llama2 --methods=plain", CHECK_PAPER_MORE_RUNS="none",
                CHECK_DECODE_FLAGS="--capacities=64,256 --filled=16 --steps=2",
                CHECK_INVARIANCE_FLAGS="--num_prompts=2 --dtypes=float32 --decoders=gumbel",
                CHECK_TESTS="float64_reference and 64 and 5-None", CHECK_TIMEOUT="300")
@@ -29,6 +29,18 @@ def test_accelerator_check_runs_on_the_cpu_at_reduced_shapes(tmp_path):
     assert report["memory_7b"]["memory_7b"]["llama2-7b"][0]["params"] > 6.7e9
     assert report["batch_invariance"]["settings"][0]["rows"] == 2
     assert report["tests"] and all(t["outcome"] == "passed" for t in report["tests"])
+
+
+def test_accelerator_check_past_its_deadline_records_every_part_as_skipped(tmp_path):
+    env = dict(os.environ, CHECK_DEADLINE="1")
+    done = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "accelerator_check.sh"), str(tmp_path)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((tmp_path / "accelerator_check.json").read_text())
+    assert set(report["parts"]) == {"device", "paper_scale", "decode_step", "tests", "batch_invariance",
+                                    "memory_7b", "paper_scale_more"}
+    assert all(p["skipped"] and p["exit_status"] is None for p in report["parts"].values())
+    assert report["paper_scale"] is None and "parts failed or skipped" in done.stdout
 
 
 def test_the_decoder_comparison_writes_one_row_per_decoder_and_method(tmp_path):
