@@ -77,7 +77,8 @@ def load_model(name: str, dtype):
     config = DEEP if name == "deep" else LLAMA2_7B
     if FLAGS.layers:
         config = config.replace(num_layers=FLAGS.layers)
-    params = jax.jit(functools.partial(transformer.init_params, config, dtype=dtype))(jax.random.key(0))
+    # Eager: init_params holds one float32 array at a time; jitting it compiles for minutes on a GPU at 7B.
+    params = transformer.init_params(config, jax.random.key(0), dtype=dtype)
     return config, params
 
 

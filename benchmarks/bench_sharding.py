@@ -150,7 +150,7 @@ def gpu_memory(cfg: TransformerConfig) -> dict | None:
     if jax.default_backend() != "gpu":
         return None
     device = jax.devices()[0]
-    params = jax.jit(lambda k: transformer.init_params(cfg, k, dtype=jnp.bfloat16))(jax.random.PRNGKey(0))
+    params = transformer.init_params(cfg, jax.random.PRNGKey(0), dtype=jnp.bfloat16)
     lm = protocol.make_language_model(cfg, name="7b", dtype=jnp.bfloat16)
     cache = lm.init_cache(FLAGS.batch_7b, FLAGS.cache_7b)
     step = jax.jit(lm.step, donate_argnums=1)

@@ -260,13 +260,23 @@ def init_params(config: TransformerConfig, key: jax.Array, dtype=jnp.float32,
     shapes["layers"] = {k: (config.num_layers,) + s for k, s in layer_shapes(config).items()}
     leaves, treedef = jax.tree_util.tree_flatten(shapes, is_leaf=_is_shape)
     keys = jax.random.split(key, len(leaves))
-    out = [scale * jax.random.normal(k, s, jnp.float32) for k, s in zip(keys, leaves)]
+    # Each array is drawn in float32, cast at once and (for layers) split at once, so that the
+    # peak memory is the params in ``dtype`` plus one float32 array: at the 7B shape a float32
+    # copy of everything would not fit next to the model on an 80 GB accelerator.
+    out = [(scale * jax.random.normal(k, s, jnp.float32)).astype(dtype) for k, s in zip(keys, leaves)]
     params = jax.tree_util.tree_unflatten(treedef, out)
     norm_value = 0.0 if config.gemma_style else 1.0
-    params["final_norm"] = jnp.full(shapes["final_norm"], norm_value)
+    params["final_norm"] = jnp.full(shapes["final_norm"], norm_value, dtype)
     for name in NORM_PARAMS:
         if name in shapes["layers"]:
             value = 1.0 if name in ("q_norm", "k_norm") else norm_value
-            params["layers"][name] = jnp.full(shapes["layers"][name], value)
-    params["layers"] = unstack_layers(params["layers"])
-    return jax.tree_util.tree_map(lambda a: a.astype(dtype), params)
+            params["layers"][name] = jnp.full(shapes["layers"][name], value, dtype)
+    stacked = params["layers"]
+    layers = [{} for _ in range(config.num_layers)]
+    for name in list(stacked):
+        array = stacked.pop(name)
+        for layer, part in zip(layers, unstack_layers({name: array})):
+            layer.update(part)
+        del array
+    params["layers"] = layers
+    return params
