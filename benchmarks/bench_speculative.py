@@ -23,6 +23,14 @@ Reported ratios (also in the JSON, under ``ratios``):
   python -m benchmarks.bench_speculative --pair=builtin --batch_size=1 --num_calls=8 \
       --methods=plain,standard --lookahead=1      # 8 questions one at a time, summed
   python -m benchmarks.bench_speculative --pair=tiny_llama --decoder=synthid --top_k=100 --batch_size=32
+  # several drafts per step (beyond the paper): one chain, 2 and 3 chains, a (3, 2, 1) tree
+  python -m benchmarks.bench_speculative --pair=builtin --batch_size=1 --num_calls=8 \
+      --methods=plain,standard,pseudorandom --draft_trees=1,2,3,3x2x1
+
+``--draft_trees`` times each speculative method once per draft shape: ``n`` is n chains
+(``num_drafts=n``), ``3x2x1`` a static tree of K depths (``draft_tree=(3, 2, 1)``); rows of other
+shapes than one chain are labelled ``method@shape`` and compared per token with the method's
+one chain (``<method>@<shape>/<method> per token``).
 
 ``--pair=tiny_llama`` is a random 2-layer Llama (d = 128, V = 32000) with a
 1-layer draft (``benchmarks/shapes.py``): the shape of the comparison with
@@ -60,8 +68,18 @@ flags.DEFINE_float("temperature", 0.7, "temperature")
 flags.DEFINE_integer("top_k", 0, "top-k applied to P and Q (0: none)")
 flags.DEFINE_list("methods", list(speculative.METHODS), "methods to time")
 flags.DEFINE_integer("repeats", 5, "interleaved timing rounds (median)")
+flags.DEFINE_list("draft_trees", ["1"], "draft shapes of the speculative methods: n (n chains) or b1xb2x... "
+                  "(a static tree of K depths)")
 flags.DEFINE_string("output", "results/bench_speculative.json", "JSON output")
 FLAGS = flags.FLAGS
+
+
+def draft_shape(text: str) -> dict:
+    """SpeculativeConfig settings of one --draft_trees entry: {} (one chain), num_drafts or draft_tree."""
+    parts = [int(x) for x in text.lower().split("x")]
+    if len(parts) == 1:
+        return {} if parts[0] == 1 else {"num_drafts": parts[0]}
+    return {"draft_tree": tuple(parts)}
 
 # the same method without a watermark (for the per-step watermark overhead)
 UNWATERMARKED = {"basic": "plain", "hu": "standard", "dathathri": "standard", "pseudorandom": "standard"}
@@ -128,17 +146,21 @@ def main(argv):
     rows_of = [slice(c * bsz, (c + 1) * bsz) for c in range(num_calls)]
     dec = decoders.WatermarkDecoder.from_name(FLAGS.decoder, FLAGS.num_layers)
     calls = {}  # method -> ([args of each call], extra): every call has the same shapes (one executable)
+    shapes = {text: draft_shape(text) for text in FLAGS.draft_trees}
     for method in FLAGS.methods:
         spec = speculative.METHODS[method]
-        cfg = speculative.SpeculativeConfig(
-            method=method, decoder=dec, lookahead=FLAGS.lookahead if spec.speculative else 0,
-            max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature, top_k=FLAGS.top_k or None)
-        extra = dict(draft=draft, draft_params=dp) if spec.speculative else {}
-        per_call = [(target, tp, all_prompts[r], all_lengths[r], all_keys[r], all_rngs[r], cfg) for r in rows_of]
-        t0 = time.perf_counter()
-        speculative.precompile(*per_call[0], **extra)
-        print(f"compiled {method} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
-        calls[method] = (per_call, extra)
+        for text, shape in (shapes.items() if spec.speculative else [("1", {})]):
+            label = method if not shape else f"{method}@{text}"
+            cfg = speculative.SpeculativeConfig(
+                method=method, decoder=dec, lookahead=FLAGS.lookahead if spec.speculative else 0,
+                max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature, top_k=FLAGS.top_k or None,
+                **shape)
+            extra = dict(draft=draft, draft_params=dp) if spec.speculative else {}
+            per_call = [(target, tp, all_prompts[r], all_lengths[r], all_keys[r], all_rngs[r], cfg) for r in rows_of]
+            t0 = time.perf_counter()
+            speculative.precompile(*per_call[0], **extra)
+            print(f"compiled {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
+            calls[label] = (per_call, extra)
     # plain decoding again at half the budget: the difference of the two is the
     # marginal cost of a loop step, free of the prefill and the call's fixed costs
     half = None
@@ -201,6 +223,10 @@ def main(argv):
     if "standard" in rows:
         for method in rows:
             ratios[f"{method}/standard per token"] = rows[method]["ms_per_token"] / rows["standard"]["ms_per_token"]
+    for label in rows:
+        if "@" in label and label.split("@")[0] in rows:
+            chain = label.split("@")[0]
+            ratios[f"{label}/{chain} per token"] = rows[label]["ms_per_token"] / rows[chain]["ms_per_token"]
     spreads = {}
     for method, base in UNWATERMARKED.items():
         if method in rows and base in rows:
@@ -214,10 +240,10 @@ def main(argv):
           f"{FLAGS.max_new_tokens} new tokens, "
           f"T={FLAGS.temperature}, top-k={FLAGS.top_k or 'none'}, median of {FLAGS.repeats} rounds "
           f"({jax.devices()[0].platform})")
-    print(f"{'method':14s} {'ms/token':>9s} {'ms/step':>9s} {'(min-max)':>17s} {'tok/step':>8s}")
+    print(f"{'method':22s} {'ms/token':>9s} {'ms/step':>9s} {'(min-max)':>17s} {'tok/step':>8s}")
     for method, row in rows.items():
         lo, hi = row["ms_per_step_range"]
-        print(f"{method:14s} {row['ms_per_token']:9.3f} {row['ms_per_step']:9.3f} {f'({lo:.2f}-{hi:.2f})':>17s} "
+        print(f"{method:22s} {row['ms_per_token']:9.3f} {row['ms_per_step']:9.3f} {f'({lo:.2f}-{hi:.2f})':>17s} "
               f"{row['tokens_per_step']:8.2f}")
     print(f"{'bare decode':14s} {'':9s} {bare_ms:9.3f}   (bare prefill {prefill_ms:.3f} ms)")
     if "plain" in rows:
@@ -228,7 +254,7 @@ def main(argv):
         print(f"  {key:48s} {value:6.3f}{spread}")
     storage.atomic_write_json(FLAGS.output, {
         "pair": name, "decoder": dec.label, "lookahead": FLAGS.lookahead, "batch_size": bsz,
-        "num_calls": num_calls,
+        "num_calls": num_calls, "draft_trees": FLAGS.draft_trees,
         "max_new_tokens": FLAGS.max_new_tokens, "temperature": FLAGS.temperature, "top_k": FLAGS.top_k or None,
         "repeats": FLAGS.repeats, "devices": [str(d) for d in jax.devices()], "rows": rows,
         "bare_decode_ms_per_step": bare_ms, "bare_prefill_ms": prefill_ms, "ratios": ratios,

@@ -29,8 +29,8 @@ from wmspec_jax._lazy import attach
 
 SUBMODULES = (
     "buffers", "candidates", "cli", "context", "decoders", "detect", "keys", "lab", "lm", "methods", "models",
-    "prf", "prf_keys", "prf_numpy", "sampling", "sharding", "sources", "speculative", "stages", "storage", "theory",
-    "toy", "tradeoff", "user_cache", "validation",
+    "multidraft", "prf", "prf_keys", "prf_numpy", "sampling", "sharding", "sources", "speculative", "stages",
+    "storage", "theory", "toy", "tradeoff", "user_cache", "validation",
 )
 _NAMES = {
     "generate": "speculative", "precompile": "speculative", "SpeculativeConfig": "speculative",

@@ -17,6 +17,9 @@ arguments instead of baking them in as constants):
 * ``rewind(cache, lengths[B]) -> cache`` moves the per-row length pointers
   back (rollback after a rejected draft); it never copies the cache.
 * ``cache_lengths(cache) -> int32[B]``.
+* For multi-draft sampling (:mod:`wmspec_jax.multidraft`), which copies a window of slots from
+  one row of a cache to others, every cache leaf of rank >= 2 is laid out [batch, slot, ...]
+  (rank-1 leaves are per-row lengths).
 * optional ``step_hidden(params, cache, tokens, num_new) -> (logits, hidden
   [B, T, D], cache)``: ``step`` that also returns the final hidden states
   (``hidden_size`` D), which a target paired with a

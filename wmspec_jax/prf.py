@@ -50,6 +50,7 @@ import numpy as np
 from wmspec_jax.prf_keys import (  # noqa: F401  (re-exported: the construction's constants and keys)
     _MIX_1,
     _MIX_2,
+    _MUL_CANDIDATE,
     _MUL_CONTEXT,
     _MUL_LANE,
     _MUL_TOKEN,
@@ -136,6 +137,26 @@ def context_seeds(keys: jax.Array, contexts: jax.Array) -> jax.Array:
         s0 = mix(s0 ^ (c * _u32(_MUL_CONTEXT)))
         s1 = mix(s1 + s0 + c)
     return jnp.stack([mix(s0 ^ s1), mix(s1 + _u32(_MUL_TOKEN) * s0)], axis=-1)
+
+
+def candidate_seeds(seeds: jax.Array, candidate: jax.Array) -> jax.Array:
+    """Seeds of sibling ``candidate`` at a position of multi-draft speculative sampling.
+
+    Args:
+      seeds: uint32[..., 2] a stream's seeds of the position (:func:`context_seeds`).
+      candidate: int[...] sibling index c >= 0 (broadcast against ``seeds[..., 0]``).
+
+    Returns:
+      uint32[..., 2]: ``seeds`` itself for c = 0 (so one chain uses the paper's stream) and, for
+      c > 0, the seeds re-hashed with c: siblings at one context read different streams
+      (``docs/multidraft.md``).
+    """
+    seeds = _u32(seeds)
+    c = _u32(candidate)
+    s0 = mix(seeds[..., 0] ^ mix(c * _u32(_MUL_CANDIDATE)))
+    s1 = mix(seeds[..., 1] + s0 + c)
+    derived = jnp.stack([mix(s0 ^ s1), mix(s1 + _u32(_MUL_TOKEN) * s0)], axis=-1)
+    return jnp.where((c == 0)[..., None], seeds, derived)
 
 
 def hash_values(seeds: jax.Array, tokens: jax.Array, lane: jax.Array | int) -> jax.Array:

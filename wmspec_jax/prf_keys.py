@@ -27,6 +27,7 @@ DEFAULT_CONTEXT_WIDTH = 4
 _MUL_TOKEN = 0x9E3779B1
 _MUL_LANE = 0x85EBCA77
 _MUL_CONTEXT = 0xC2B2AE3D
+_MUL_CANDIDATE = 0x27D4EB2F  # sibling streams of multi-draft sampling (prf.candidate_seeds)
 _MIX_1 = 0x7FEB352D
 _MIX_2 = 0x846CA68B
 _PAD_TOKEN = 0xFFFFFFFF  # stands for "before the start of the buffer"

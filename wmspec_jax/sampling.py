@@ -35,6 +35,7 @@ from wmspec_jax import candidates, decoders, prf
 PURPOSE_DRAFT = 0
 PURPOSE_ACCEPT = 1
 PURPOSE_TARGET = 2
+_PURPOSES = 4  # purposes per candidate (> the largest PURPOSE_*)
 
 
 def text_rngs(seed: int, ids, run: Optional[str] = None) -> jax.Array:
@@ -95,10 +96,20 @@ def as_row_keys(rng, batch_size: int) -> jax.Array:
     return row_words(check_rng(rng, batch_size), batch_size)
 
 
-def true_uniforms(words: jax.Array, positions: jax.Array, purpose: int) -> jax.Array:
-    """U(0, 1) per row from (row key words, position, purpose): float32[B]."""
-    counter = jnp.stack([positions.astype(jnp.int32), jnp.full_like(positions, purpose, jnp.int32)], axis=-1)
+def true_uniforms(words: jax.Array, positions: jax.Array, purpose) -> jax.Array:
+    """U(0, 1) per row from (row key words, position, purpose): float32[B]. ``purpose`` is one of
+    ``PURPOSE_*`` or an int32[B] array of them (:func:`candidate_purpose` for the siblings of
+    multi-draft sampling)."""
+    purposes = jnp.broadcast_to(jnp.asarray(purpose, jnp.int32), positions.shape)
+    counter = jnp.stack([positions.astype(jnp.int32), purposes], axis=-1)
     return prf.position_uniforms(prf.context_seeds(words, counter))
+
+
+def candidate_purpose(purpose: int, candidate: jax.Array) -> jax.Array:
+    """The true-randomness purpose of sibling ``candidate`` (int32[B]) of a multi-draft position:
+    candidate 0 keeps ``purpose`` (one chain draws what the paper's loop draws), candidate c > 0
+    gets a purpose no other draw uses."""
+    return jnp.asarray(purpose, jnp.int32) + _PURPOSES * jnp.asarray(candidate, jnp.int32)
 
 
 def position_seeds(keys: jax.Array, stream: int, tokens: jax.Array, positions: jax.Array, width: int) -> jax.Array:

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, methods, prf, sampling, stages, validation
+from wmspec_jax import decoders, methods, multidraft, prf, sampling, stages, validation
 from wmspec_jax.lm import DraftModel, LanguageModel
 from wmspec_jax.methods import METHODS, Method
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET  # noqa: F401
@@ -75,6 +75,11 @@ class SpeculativeConfig:
         means the same decoder (stored as None). Only for methods that watermark the draft (``hu``,
         ``dathathri``, ``pseudorandom``). Each token's record says which stream it came from, and
         detection scores each stream with its decoder's statistic (``docs/decoders.md``).
+      num_drafts: n >= 1 candidate chains of K drafts per step, verified together by recursive
+        rejection sampling (beyond the paper: :mod:`wmspec_jax.multidraft`); 1 (default) is the
+        paper's one chain, token for token. Shorthand for ``draft_tree=(n, 1, ..., 1)``.
+      draft_tree: branching factors (b_1, ..., b_K) of a static draft tree, b_s children per node at
+        depth s (e.g. (3, 2, 1)); None: given by ``num_drafts``. Stored as None when it is one chain.
 
     NumPy integer / float scalars are accepted and stored as Python numbers.
     """
@@ -89,6 +94,8 @@ class SpeculativeConfig:
     eos_id: Optional[Union[int, tuple]] = None
     pad_id: int = 0
     draft_decoder: Optional[decoders.WatermarkDecoder] = None
+    num_drafts: int = 1
+    draft_tree: Optional[tuple] = None
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -128,6 +135,19 @@ class SpeculativeConfig:
             elif not spec.watermark_draft:
                 raise ValueError(f"method {self.method!r} draws no watermarked draft token: a draft_decoder "
                                  "needs hu, dathathri or pseudorandom")
+        fix("num_drafts", _int_setting("num_drafts", self.num_drafts, 1))
+        if self.draft_tree is not None or self.num_drafts > 1:
+            if not spec.speculative:
+                raise ValueError(f"method {self.method!r} does not speculate: num_drafts / draft_tree need a "
+                                 "speculative method")
+            if self.draft_tree is not None and self.num_drafts > 1:
+                raise ValueError("give num_drafts or draft_tree, not both (num_drafts=n is draft_tree=(n, 1, ...))")
+            tree = (multidraft.check_branching(self.draft_tree, self.lookahead) if self.draft_tree is not None
+                    else (self.num_drafts,) + (1,) * (self.lookahead - 1))
+            if self.decoder.biased:
+                raise ValueError("a biased decoder (KGW) is not supported with num_drafts / draft_tree")
+            fix("num_drafts", 1)
+            fix("draft_tree", tree if multidraft.num_paths(tree) > 1 else None)
         if self.temperature == 0 and spec.watermarks:
             warnings.warn(
                 f"method {self.method!r} at temperature 0: every distribution is one-hot, so no watermark "
@@ -155,7 +175,7 @@ class SpeculativeConfig:
         return stages.Static(
             method=self.spec, decoder=self.decoder, lookahead=self.lookahead, temperature=self.temperature,
             top_k=self.top_k, context_width=self.context_width, max_new_tokens=self.max_new_tokens,
-            stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder)
+            stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder, tree=self.draft_tree)
 
 
 class GenerationResult(NamedTuple):
@@ -181,6 +201,9 @@ class GenerationResult(NamedTuple):
         :meth:`log_perplexity`.
       num_steps: int32[B] loop steps that emitted tokens.
       tokens_per_step: int32[B, max_new_tokens] tokens emitted at each step (0 after the end).
+      candidate: int8[B, L] the sibling index of each accepted draft token under multi-draft
+        sampling (its stream is ζ^D re-keyed by it, :func:`wmspec_jax.prf.candidate_seeds`); 0
+        elsewhere and for one chain.
     """
 
     tokens: jax.Array
@@ -193,6 +216,7 @@ class GenerationResult(NamedTuple):
     target_logprob: jax.Array
     num_steps: jax.Array
     tokens_per_step: jax.Array
+    candidate: jax.Array
 
     def generated(self, row: int) -> np.ndarray:
         """The generated token ids of one row (host array)."""
@@ -230,9 +254,10 @@ def _generate_core(target: LanguageModel, draft: Optional[DraftModel], config: S
         keys = jnp.broadcast_to(keys, (bsz,) + keys.shape)
     inputs = stages.Inputs(target_params, draft_params, keys, sampling.row_words(rng, bsz),
                            prompt_lengths.astype(jnp.int32))
-    state = stages.initial_state(st, target, draft, inputs, prompts.astype(jnp.int32), config.pad_id)
+    loop = multidraft if st.tree is not None else stages
+    state = loop.initial_state(st, target, draft, inputs, prompts.astype(jnp.int32), config.pad_id)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done),
-                               lambda s: stages.step(st, target, draft, inputs, s), state)
+                               lambda s: loop.step(st, target, draft, inputs, s), state)
     in_text = jnp.arange(state.tokens.shape[1])[None] < state.n[:, None]
     rec = state.records
     result = GenerationResult(
@@ -246,6 +271,7 @@ def _generate_core(target: LanguageModel, draft: Optional[DraftModel], config: S
         target_logprob=rec.target_logprob,
         num_steps=state.num_steps,
         tokens_per_step=state.tokens_per_step,
+        candidate=rec.candidate,
     )
     return result, state.nonfinite
 

@@ -69,6 +69,7 @@ class Static:
       max_new_tokens: per-row budget.
       stop_ids: stop a row after any of these tokens (empty: never).
       draft_decoder: the decoder of the draft stream ζ^D (None: ``decoder``).
+      tree: branching factors of a draft tree (:mod:`wmspec_jax.multidraft`); None: one chain.
     """
 
     method: methods.Method
@@ -80,6 +81,7 @@ class Static:
     max_new_tokens: int
     stop_ids: tuple = ()
     draft_decoder: Optional[decoders.WatermarkDecoder] = None
+    tree: Optional[tuple] = None
 
     def process(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
         """Candidates of float32[..., V] logits and the NaN / +inf flag per distribution."""
@@ -121,6 +123,9 @@ class Records(NamedTuple):
       target_logprob: float32 log P(w_t | w_<t) of the token under the target
         at temperature 1 without top-k (NaN where no token was generated):
         LOGPPL's terms, read off the verify forward that runs anyway.
+      candidate: int8 the sibling index c of an accepted draft token under multi-draft sampling
+        (:mod:`wmspec_jax.multidraft`: its draft stream is ζ^D re-keyed by c); 0 elsewhere and
+        for one chain.
     """
 
     source: jax.Array
@@ -128,6 +133,7 @@ class Records(NamedTuple):
     accept_u: jax.Array
     accept_prob: jax.Array
     target_logprob: jax.Array
+    candidate: jax.Array
 
 
 class LoopState(NamedTuple):
@@ -358,7 +364,7 @@ def resample(st: Static, inputs: Inputs, p: Candidates, drafts: Optional[Drafts]
 def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: jax.Array,
            final_token: jax.Array, final_source: jax.Array, final_watermarked: jax.Array,
            drafts: Optional[Drafts], u: Optional[jax.Array], accept_prob: Optional[jax.Array],
-           target_logits: Optional[jax.Array] = None) -> LoopState:
+           target_logits: Optional[jax.Array] = None, siblings: Optional[jax.Array] = None) -> LoopState:
     """Writes the step's j + 1 tokens and their records, truncated by EOS and the budget.
 
     Args:
@@ -367,6 +373,7 @@ def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: j
       drafts, u, accept_prob: the speculative records (None for K = 0).
       target_logits: float32[B, K + 1, V] the verify forward's logits (None:
         the ``target_logprob`` record stays NaN).
+      siblings: int32[B, K] the sibling index of the draft at each depth (multi-draft; None: 0).
 
     Returns:
       The new :class:`LoopState` with the caches unchanged (see :func:`rollback`).
@@ -399,6 +406,9 @@ def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: j
     else:
         watermarked = final_watermarked[:, None]
         window_u = window_prob = None  # no test: the records stay NaN
+    window_sibling = None
+    if siblings is not None:
+        window_sibling = jnp.where(source == SOURCE_DRAFT, pad(siblings, 0), 0)
     window_logprob = None
     if target_logits is not None:  # position i of the window is predicted by the verify logits at i
         window_logprob = (jnp.take_along_axis(target_logits, window[..., None], axis=-1)[..., 0]
@@ -413,7 +423,7 @@ def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: j
     rec = state.records
     records = Records(write(rec.source, source), write(rec.watermarked, watermarked),
                       write(rec.accept_u, window_u), write(rec.accept_prob, window_prob),
-                      write(rec.target_logprob, window_logprob))
+                      write(rec.target_logprob, window_logprob), write(rec.candidate, window_sibling))
     new_n = n + emitted
     active = emitted > 0
     step_idx = jnp.minimum(state.num_steps, st.max_new_tokens - 1)
@@ -511,7 +521,7 @@ def initial_state(st: Static, target: LanguageModel, draft_model: Optional[Draft
         target_cache=target_cache,
         draft_cache=draft_cache,
         records=Records(jnp.full((bsz, buf_len), SOURCE_NONE, jnp.int8), jnp.zeros((bsz, buf_len), bool), nan, nan,
-                        nan),
+                        nan, jnp.zeros((bsz, buf_len), jnp.int8)),
         num_steps=jnp.zeros((bsz,), jnp.int32),
         tokens_per_step=jnp.zeros((bsz, st.max_new_tokens), jnp.int32),
         nonfinite=jnp.zeros((bsz,), bool),

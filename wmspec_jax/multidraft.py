@@ -1,0 +1,298 @@
+"""Multi-draft and tree speculative sampling, with true-random or pseudorandom acceptance.
+
+Beyond the paper (its first open direction, Sec. 6): each step drafts a static *token tree* of
+depth K from the committed text, the target scores every node in one forward, and verification
+walks the tree with recursive rejection sampling (SpecInfer's multi-step speculative sampling):
+at a node with target distribution P and draft distribution Q whose b children x_1..x_b were drawn
+from Q independently, child i is accepted when
+
+    u_i < r_i(x_i) / Q(x_i),   r_1 = P,   r_{i+1} = (r_i − Q)+ / ‖(r_i − Q)+‖₁,
+
+and the walk moves to it; when all b children are rejected the token comes from r_{b+1} (from P
+at a leaf: the bonus token). ``branching = (b_1, ..., b_K)`` gives the children of every node at
+each depth: ``(n, 1, ..., 1)`` is n independent chains (``SpeculativeConfig(num_drafts=n)``),
+``(3, 2, 1)`` a tree of 6 paths as EAGLE and Medusa use. Proof that the output law is P and
+that each token is a function of the keyed streams: ``docs/multidraft.md``.
+
+**Keyed draws.** Sibling c of a position draws from the draft stream ζ^D re-keyed by c
+(:func:`wmspec_jax.prf.candidate_seeds`), its acceptance u from ζ^R re-keyed by c (Alg. 1; a
+true-random u with its own purpose otherwise), and the residual / bonus token from ζ^T at the
+position, as in one chain; sibling 0 uses the paper's streams, so ``branching = (1,) * K`` draws
+exactly what one chain draws. The repeated-context rule is applied to each path's own text
+(committed tokens and the path's drafts): siblings share their context and are told apart by c,
+so a context is never marked as seen because of a sibling.
+
+**Layout.** The tree is held as its R = b_1 ⋯ b_K root-to-leaf paths, each a row of the models'
+batch: caches have B·R rows (equal on the committed text), the draft runs one forward per depth
+over all paths and the target one forward over all paths' K + 1 positions. A node shared by
+several paths is read from its *canonical* path (the lowest-numbered one through it), so every
+path sees the same Q and P there. After the walk the chosen path's window of each cache (and of
+the feature buffer of a draft that reads the target's hidden states) is copied to the other
+paths, O(K) slots per step, and the caches are rolled back as in one chain: they keep only the
+accepted path. Cache leaves of rank >= 2 must be [batch, slot, ...] (``wmspec_jax.lm``).
+
+Records: ``candidate`` says which sibling each accepted draft token was (the stream detection
+reads); ``accept_u`` / ``accept_prob`` hold the test of the accepted sibling, or of the last
+rejected one where the walk stopped.
+"""
+
+from __future__ import annotations
+
+import math
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wmspec_jax import candidates, context, prf, sampling, stages, theory
+from wmspec_jax.buffers import row_slice, row_update, set_at
+from wmspec_jax.candidates import Candidates
+from wmspec_jax.lm import DraftModel, LanguageModel
+from wmspec_jax.sources import SOURCE_RESIDUAL, SOURCE_TARGET
+
+MAX_PATHS = 64
+"""Largest number of root-to-leaf paths R of a draft tree (rows of the models' batch per text)."""
+
+
+def check_branching(branching, lookahead: int) -> tuple:
+    """Validated branching factors: a tuple of K ints >= 1 with at most :data:`MAX_PATHS` paths."""
+    if not isinstance(branching, (tuple, list)) or not all(
+            isinstance(b, (int, np.integer)) and not isinstance(b, bool) for b in branching):
+        raise TypeError(f"draft_tree must be a tuple of ints (children per node at each depth), got {branching!r}")
+    branching = tuple(int(b) for b in branching)
+    if len(branching) != lookahead:
+        raise ValueError(f"draft_tree {branching} has {len(branching)} depths; lookahead K is {lookahead}")
+    if any(b < 1 for b in branching):
+        raise ValueError(f"draft_tree {branching}: every depth needs >= 1 child per node")
+    if math.prod(branching) > MAX_PATHS:
+        raise ValueError(f"draft_tree {branching} has {math.prod(branching)} paths; at most {MAX_PATHS}")
+    return branching
+
+
+def num_paths(branching: tuple) -> int:
+    return math.prod(branching)
+
+
+def strides(branching: tuple) -> tuple:
+    """stride[s] = b_{s+1} ⋯ b_K: paths below one node of depth s + 1 (0-based depth s)."""
+    return tuple(math.prod(branching[s + 1:]) for s in range(len(branching)))
+
+
+def sibling_index(branching: tuple, depth: int) -> np.ndarray:
+    """int32[R]: the sibling index c of each path's token at 0-based ``depth``."""
+    r = np.arange(num_paths(branching))
+    return ((r // strides(branching)[depth]) % branching[depth]).astype(np.int32)
+
+
+def parent_path(branching: tuple, depth: int) -> np.ndarray:
+    """int32[R]: the canonical path of the node each path's token at ``depth`` hangs from."""
+    r = np.arange(num_paths(branching))
+    block = strides(branching)[depth] * branching[depth]
+    return (r - r % block).astype(np.int32)
+
+
+# ---------------------------------------------------------------------------
+# Rows: B texts × R paths
+# ---------------------------------------------------------------------------
+
+
+def _repeat(x, r: int):
+    return None if x is None else jnp.repeat(x, r, axis=0)
+
+
+def _rows(index: np.ndarray, bsz: int) -> jax.Array:
+    """Rows b·R + index[r] of the [B·R] layout, for every (b, r): int32[B·R]."""
+    r = index.shape[0]
+    return (jnp.arange(bsz, dtype=jnp.int32)[:, None] * r + jnp.asarray(index)[None]).reshape(-1)
+
+
+def _pick(x, path: jax.Array, r: int):
+    """x[b·R + path[b]] for each text b, of an array (or Candidates) with B·R leading rows."""
+    def one(a):
+        if a is None:
+            return None
+        return a.reshape((-1, r) + a.shape[1:])[jnp.arange(path.shape[0]), path]
+    return jax.tree_util.tree_map(one, x)
+
+
+def _gather_rows(c: Candidates, rows: jax.Array) -> Candidates:
+    return jax.tree_util.tree_map(lambda a: a[rows], c)
+
+
+def _copy_window(tree, chosen: jax.Array, start: jax.Array, size: int, r: int):
+    """Every [B·R, S, ...] leaf of ``tree`` with slots start[b] .. start[b] + size − 1 of every path
+    of text b replaced by those of path ``chosen[b]`` (rank-1 leaves, the lengths, untouched)."""
+    rows_start = _repeat(start, r)
+
+    def one(x):
+        if x is None or x.ndim < 2:
+            return x
+        window = row_slice(x, rows_start, size)
+        window = jnp.repeat(_pick(window, chosen, r), r, axis=0)
+        return row_update(x, rows_start, window)
+    return jax.tree_util.tree_map(one, tree)
+
+
+def _q_on_p(p: Candidates, q: Candidates) -> jax.Array:
+    """Q on P's candidates (float32[B, C]), as :func:`wmspec_jax.candidates.residual` reads it."""
+    if p.ids is None and q.ids is None:
+        return candidates.probs(q)
+    ids = p.ids if p.ids is not None else jnp.broadcast_to(jnp.arange(p.size, dtype=jnp.int32), p.z.shape)
+    return jnp.exp(candidates.log_prob(q, ids))
+
+
+def _prob_at(c: Candidates, weights: jax.Array, token: jax.Array) -> jax.Array:
+    """weights[b, index of token[b] among c's candidates] (0 outside them): float32[B]."""
+    if c.ids is None:
+        return jnp.take_along_axis(weights, token[:, None], axis=1)[:, 0]
+    return jnp.sum(jnp.where(c.ids == token[:, None], weights, 0.0), axis=1)
+
+
+# ---------------------------------------------------------------------------
+# The step
+# ---------------------------------------------------------------------------
+
+
+def initial_state(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inputs: stages.Inputs,
+                  prompts: jax.Array, pad_id: int) -> stages.LoopState:
+    """One chain's prefill, its caches (and feature buffer) repeated for the R paths of each text."""
+    r = num_paths(st.tree)
+    state = stages.initial_state(st, target, draft_model, inputs, prompts, pad_id)
+    rep = lambda t: jax.tree_util.tree_map(lambda x: _repeat(x, r), t)  # noqa: E731
+    return state._replace(target_cache=rep(state.target_cache), draft_cache=rep(state.draft_cache),
+                          features=_repeat(state.features, r))
+
+
+def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inputs: stages.Inputs,
+         state: stages.LoopState) -> stages.LoopState:
+    """One step over a draft tree: draft every path → verify every path → walk → resample → commit →
+    copy the chosen path's cache windows → rollback (module doc)."""
+    branching, k, method = st.tree, st.lookahead, st.method
+    r = num_paths(branching)
+    stride = strides(branching)
+    n, bsz = state.n, state.n.shape[0]
+    rows_n = _repeat(n, r)
+    path_inputs = inputs._replace(keys=_repeat(inputs.keys, r), words=_repeat(inputs.words, r),
+                                  start=_repeat(inputs.start, r))
+    path_tokens = _repeat(state.tokens, r)
+    need_fresh = method.watermark_draft or method.pseudorandom_acceptance
+
+    # draft: one forward per depth over all paths; siblings drawn from their parent's Q
+    logits, carry, draft_cache = draft_model.draft_first(inputs.draft_params, state.draft_cache, path_tokens,
+                                                         rows_n, state.features, lookahead=k)
+    nonfinite = jnp.zeros((bsz * r,), bool)
+    drafted, qs, log_qs, us, watermarked = [], [], [], [], []
+    for s in range(k):
+        pos = rows_n + s
+        q, bad = st.process(logits)
+        nonfinite = nonfinite | bad
+        q = _gather_rows(q, _rows(parent_path(branching, s), bsz))
+        sibling = jnp.tile(jnp.asarray(sibling_index(branching, s)), bsz)
+        fresh = (context.is_new_context(path_tokens, pos, path_inputs.start, st.context_width) if need_fresh
+                 else jnp.zeros(pos.shape, bool))
+        seeds = None
+        if method.watermark_draft:
+            seeds = prf.candidate_seeds(
+                sampling.position_seeds(path_inputs.keys, prf.Stream.DRAFT, path_tokens, pos, st.context_width),
+                sibling)
+        uniform = sampling.true_uniforms(path_inputs.words, pos,
+                                         sampling.candidate_purpose(sampling.PURPOSE_DRAFT, sibling))
+        index, marked = sampling.draw(st.decoder if st.draft_decoder is None else st.draft_decoder, candidates.probs(q), q.ids, seeds, uniform,
+                                      fresh if method.watermark_draft else None)
+        token = candidates.token_ids(q, index)
+        path_tokens = set_at(path_tokens, pos, token)
+        log_qs.append(jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse)
+        true_u = sampling.true_uniforms(path_inputs.words, pos,
+                                        sampling.candidate_purpose(sampling.PURPOSE_ACCEPT, sibling))
+        if method.pseudorandom_acceptance:
+            accept_seeds = prf.candidate_seeds(
+                sampling.position_seeds(path_inputs.keys, prf.Stream.ACCEPT, path_tokens, pos, st.context_width),
+                sibling)
+            true_u = jnp.where(fresh, prf.position_uniforms(accept_seeds), true_u)
+        drafted.append(token)
+        qs.append(q)
+        us.append(true_u)
+        watermarked.append(marked)
+        if s < k - 1:
+            logits, carry, draft_cache = draft_model.draft_next(inputs.draft_params, draft_cache, token, carry)
+
+    # verify: the target over every path's K + 1 positions in one forward
+    p, target_cache, target_bad, target_logits, features = stages.verify(
+        st, target, path_inputs, state.target_cache, path_tokens, rows_n, state.features)
+    nonfinite = (nonfinite | target_bad).reshape(bsz, r).any(axis=1)
+
+    # walk: recursive rejection sampling from the root, one depth at a time
+    node = jnp.zeros((bsz,), jnp.int32)  # canonical path of the current node
+    walking = jnp.ones((bsz,), bool)
+    j = jnp.zeros((bsz,), jnp.int32)
+    final_w = final_ids = None
+    u_rec, prob_rec, sib_rec = [], [], []
+    for s in range(k):
+        p_node = _pick(candidates.take(p, jnp.full((bsz * r,), s, jnp.int32), axis=1), node, r)
+        q_node = _pick(qs[s], node, r)
+        q_on_p = _q_on_p(p_node, q_node)
+        resid = candidates.probs(p_node)
+        accepted = jnp.zeros((bsz,), bool)
+        u_s = prob_s = jnp.full((bsz,), jnp.nan, jnp.float32)
+        sib_s = jnp.zeros((bsz,), jnp.int32)
+        for c in range(branching[s]):
+            child = node + c * stride[s]
+            x = _pick(drafted[s], child, r)
+            if c == 0:  # as one chain computes it
+                log_ratio = candidates.log_prob(p_node, x[:, None])[:, 0] - _pick(log_qs[s], child, r)
+            else:
+                log_ratio = jnp.log(_prob_at(p_node, resid, x)) - _pick(log_qs[s], child, r)
+            u = _pick(us[s], child, r)
+            testing = walking & ~accepted
+            ok = testing & (jnp.log(u) < log_ratio)
+            u_s = jnp.where(testing, u, u_s)
+            prob_s = jnp.where(testing, jnp.exp(jnp.minimum(log_ratio, 0.0)), prob_s)
+            sib_s = jnp.where(testing, c, sib_s)
+            resid = jnp.where((testing & ~ok)[:, None], theory.residual(resid, q_on_p), resid)
+            node = jnp.where(ok, child, node)
+            accepted = accepted | ok
+        stopped = walking & ~accepted
+        final_w = jnp.where(stopped[:, None], resid, resid if final_w is None else final_w)
+        if p_node.ids is not None:
+            final_ids = jnp.where(stopped[:, None], p_node.ids, p_node.ids if final_ids is None else final_ids)
+        u_rec.append(u_s)
+        prob_rec.append(prob_s)
+        sib_rec.append(sib_s)
+        j = j + (walking & accepted)
+        walking = walking & accepted
+    p_leaf = _pick(candidates.take(p, jnp.full((bsz * r,), k, jnp.int32), axis=1), node, r)
+    final_w = jnp.where(walking[:, None], candidates.probs(p_leaf), final_w)
+    if p_leaf.ids is not None:
+        final_ids = jnp.where(walking[:, None], p_leaf.ids, final_ids)
+
+    # resample: the residual after the last rejection, or the bonus token, from ζ^T
+    tokens = _pick(path_tokens, node, r)
+    position = n + j
+    rejected = j < k
+    source = jnp.where(rejected, SOURCE_RESIDUAL, SOURCE_TARGET).astype(jnp.int8)
+    seeds = use = None
+    if method.watermark_residual or method.watermark_target:
+        fresh = context.is_new_context(tokens, position, inputs.start, st.context_width)
+        use = fresh & jnp.where(rejected, method.watermark_residual, method.watermark_target)
+        seeds = sampling.position_seeds(inputs.keys, prf.Stream.TARGET, tokens, position, st.context_width)
+    uniform = sampling.true_uniforms(inputs.words, position, sampling.PURPOSE_TARGET)
+    index, final_marked = sampling.draw(st.decoder, final_w, final_ids, seeds, uniform, use)
+    final_token = index if final_ids is None else jnp.take_along_axis(final_ids, index[:, None], axis=1)[:, 0]
+
+    stack = lambda xs: jnp.stack(xs, axis=1)  # noqa: E731
+    chosen_marked = stack([_pick(w, node, r) for w in watermarked])
+    chain = stages.Drafts(tokens=tokens, drafted=None, q=None, log_q=None, fresh=None, watermarked=chosen_marked,
+                          cache=None, nonfinite=None)
+    new = stages.commit(st, inputs, state, tokens, j, final_token, source, final_marked, chain, stack(u_rec),
+                        stack(prob_rec), _pick(target_logits, node, r), siblings=stack(sib_rec))
+
+    # keep the accepted path in every path's caches, then roll back as one chain does
+    start = n - 1
+    target_cache = _copy_window(target_cache, node, start, k + 1, r)
+    draft_cache = _copy_window(draft_cache, node, start, k + 1, r)
+    if features is not None:
+        features = _copy_window(features, node, n, k + 1, r)
+    old = state._replace(n=rows_n, done=_repeat(state.done, r))
+    target_cache, draft_cache = stages.rollback(st, target, draft_model, target_cache, draft_cache, old,
+                                                _repeat(j, r))
+    return new._replace(target_cache=target_cache, draft_cache=draft_cache, features=features,
+                        nonfinite=state.nonfinite | (nonfinite & ~state.done))
