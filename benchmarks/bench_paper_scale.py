@@ -14,7 +14,8 @@ that floor and the bandwidth used (``--bandwidth_gbs``, or a device table,
 or — on a CPU or an unknown device — a measured streaming-read bandwidth).
 
 What runs: either every (pair, method, K) of ``--pairs`` x ``--methods`` x
-``--lookaheads`` with one ``--decoder`` / ``--top_k`` / ``--batch_size``, or
+``--lookaheads`` x ``--draft_trees`` (multi-draft shapes, ``docs/multidraft.md``) with one
+``--decoder`` / ``--top_k`` / ``--batch_size``, or
 ``--preset=table``: the rows of the accelerator table in
 ``docs/performance.md`` (Llama-2-7B: plain, standard and Alg. 1 at K = 3 with
 Gumbel-max; standard and Alg. 1 with SynthID(m = 30) top-k 100; plain and
@@ -57,7 +58,7 @@ import numpy as np
 
 from benchmarks import hf_baseline
 from benchmarks import shapes
-from wmspec_jax import decoders, methods, prf, speculative, storage
+from wmspec_jax import decoders, methods, multidraft, prf, speculative, storage
 
 flags.DEFINE_enum("preset", None, ["table", "table_head", "table_rest"],
                   "run the accelerator table's rows (all, first three, the others) instead of the product of "
@@ -70,6 +71,8 @@ flags.DEFINE_enum("dtype", "bfloat16", ["bfloat16", "float32"], "params dtype")
 flags.DEFINE_enum("decoder", "gumbel", ["gumbel", "synthid"], "watermark decoder")
 flags.DEFINE_integer("top_k", 0, "top-k (0: none; the paper samples SynthID with 100)")
 flags.DEFINE_integer("batch_size", 1, "rows per call")
+flags.DEFINE_list("draft_trees", ["1"], "draft shapes of the speculative methods: n (n chains), b1xb2x... (a tree of "
+                  "K depths); a trailing d draws siblings without replacement (docs/multidraft.md)")
 flags.DEFINE_integer("prompt_length", 64, "random prompt tokens")
 flags.DEFINE_integer("max_new_tokens", 64, "generated tokens per row")
 flags.DEFINE_float("temperature", 1.0, "temperature")
@@ -96,12 +99,14 @@ class Run:
     decoder: str = "gumbel"
     top_k: int = 0
     batch_size: int = 1
+    draft_shape: str = "1"  # --draft_trees entry: one chain, n chains, or b1xb2x... (trailing d: distinct)
 
     @property
     def label(self) -> str:
         dec = "synthid" + (f"-top{self.top_k}" if self.top_k else "") if self.decoder == "synthid" else (
             "gumbel" + (f"-top{self.top_k}" if self.top_k else ""))
-        return f"{self.pair}/{self.method}/K{self.lookahead}/{dec}/b{self.batch_size}"
+        shape = "" if self.draft_shape == "1" else f"@{self.draft_shape}"
+        return f"{self.pair}/{self.method}{shape}/K{self.lookahead}/{dec}/b{self.batch_size}"
 
 
 # The rows of the accelerator table (docs/performance.md), K = 3 throughout.
@@ -120,8 +125,10 @@ def runs_from_flags() -> list:
     out = []
     for pair in FLAGS.pairs:
         for method in FLAGS.methods:
-            for k in (map(int, FLAGS.lookaheads) if methods.METHODS[method].speculative else [0]):
-                out.append(Run(pair, method, k, FLAGS.decoder, FLAGS.top_k, FLAGS.batch_size))
+            speculative_method = methods.METHODS[method].speculative
+            for k in (map(int, FLAGS.lookaheads) if speculative_method else [0]):
+                for shape in (FLAGS.draft_trees if speculative_method else ["1"]):
+                    out.append(Run(pair, method, k, FLAGS.decoder, FLAGS.top_k, FLAGS.batch_size, shape))
     return out
 
 
@@ -165,9 +172,21 @@ def _call(pair, run: Run):
     rngs = jax.random.split(jax.random.key(0), b)
     cfg = speculative.SpeculativeConfig(method=run.method, decoder=decoders.WatermarkDecoder(run.decoder, 30),
                                         lookahead=run.lookahead, max_new_tokens=FLAGS.max_new_tokens,
-                                        temperature=FLAGS.temperature, top_k=run.top_k or None)
+                                        temperature=FLAGS.temperature, top_k=run.top_k or None,
+                                        **draft_shape_settings(run.draft_shape, run.lookahead))
     extra = dict(draft=pair.draft, draft_params=pair.draft_params) if run.lookahead else {}
     return (pair.target, pair.target_params, prompts, lengths, keys, rngs, cfg), extra
+
+
+def draft_shape_settings(text: str, lookahead: int) -> dict:
+    """SpeculativeConfig keywords of a draft shape: {} for one chain, else num_drafts / draft_tree and
+    distinct_drafts; a chain count n at K = 1 is the tree (n,)."""
+    distinct = text.endswith("d")
+    parts = tuple(int(x) for x in text.rstrip("d").split("x"))
+    if parts == (1,) or lookahead == 0:
+        return {}
+    out = {"num_drafts": parts[0]} if len(parts) == 1 else {"draft_tree": parts}
+    return {**out, "distinct_drafts": True} if distinct else out
 
 
 def _within_round(times: dict, a, b) -> list:
@@ -231,8 +250,11 @@ def main(argv):
             med = float(np.median(times[run]))
             b, k = run.batch_size, run.lookahead
             kv = kv_bytes(pair.target_config, b, context, dtype.itemsize)
-            floor_bytes = tbytes + kv + (k * (dbytes + kv_bytes(pair.draft_config, b, context, dtype.itemsize))
-                                         if k else 0)
+            # a draft tree of R paths: the target reads the weights once and R rows of cache, the draft
+            # reads its weights once per depth and R rows of its cache
+            paths = multidraft.num_paths(calls[run][0][-1].draft_tree or (1,))
+            floor_bytes = tbytes + paths * kv + (
+                k * (dbytes + paths * kv_bytes(pair.draft_config, b, context, dtype.itemsize)) if k else 0)
             floor_ms = 1e3 * floor_bytes / (gbs * 1e9)
             row = {**dataclasses.asdict(run), "label": run.label, "seconds": times[run], "tokens": tokens,
                    "loop_steps": steps, "ms_per_token": 1e3 * med / tokens, "ms_per_step": 1e3 * med / steps,

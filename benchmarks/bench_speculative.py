@@ -28,7 +28,8 @@ Reported ratios (also in the JSON, under ``ratios``):
       --methods=plain,standard,pseudorandom --draft_trees=1,2,3,3x2x1
 
 ``--draft_trees`` times each speculative method once per draft shape: ``n`` is n chains
-(``num_drafts=n``), ``3x2x1`` a static tree of K depths (``draft_tree=(3, 2, 1)``); rows of other
+(``num_drafts=n``), ``3x2x1`` a static tree of K depths (``draft_tree=(3, 2, 1)``), and a trailing
+``d`` (``3d``, ``3x2x1d``) draws siblings without replacement (``distinct_drafts``); rows of other
 shapes than one chain are labelled ``method@shape`` and compared per token with the method's
 one chain (``<method>@<shape>/<method> per token``).
 
@@ -69,17 +70,21 @@ flags.DEFINE_integer("top_k", 0, "top-k applied to P and Q (0: none)")
 flags.DEFINE_list("methods", list(speculative.METHODS), "methods to time")
 flags.DEFINE_integer("repeats", 5, "interleaved timing rounds (median)")
 flags.DEFINE_list("draft_trees", ["1"], "draft shapes of the speculative methods: n (n chains) or b1xb2x... "
-                  "(a static tree of K depths)")
+                  "(a static tree of K depths), with a trailing d: siblings without replacement")
 flags.DEFINE_string("output", "results/bench_speculative.json", "JSON output")
 FLAGS = flags.FLAGS
 
 
 def draft_shape(text: str) -> dict:
-    """SpeculativeConfig settings of one --draft_trees entry: {} (one chain), num_drafts or draft_tree."""
-    parts = [int(x) for x in text.lower().split("x")]
+    """SpeculativeConfig settings of one --draft_trees entry: {} (one chain), num_drafts or draft_tree, and
+    distinct_drafts for a trailing "d"."""
+    text = text.lower()
+    distinct = text.endswith("d")
+    parts = [int(x) for x in text.rstrip("d").split("x")]
+    extra = {"distinct_drafts": True} if distinct else {}
     if len(parts) == 1:
-        return {} if parts[0] == 1 else {"num_drafts": parts[0]}
-    return {"draft_tree": tuple(parts)}
+        return {} if parts[0] == 1 else {"num_drafts": parts[0], **extra}
+    return {"draft_tree": tuple(parts), **extra}
 
 # the same method without a watermark (for the per-step watermark overhead)
 UNWATERMARKED = {"basic": "plain", "hu": "standard", "dathathri": "standard", "pseudorandom": "standard"}

@@ -19,6 +19,7 @@ LONGEST_FILES = (
     "test_speculative.py",    # ~230 s
     "test_lab.py",            # ~175 s: the experiment scripts as subprocesses, SIGKILL and resume
     "test_notebooks.py",      # ~100 s: four notebooks in kernels
+    "test_multidraft.py",     # ~100 s: the multi-draft laws on the toy pair, tiny transformers
     "test_cli_generate_adversarial.py",  # ~90 s: eight generation configurations of the built-in pair
     "test_cli.py",            # ~80 s: wmspec-generate / wmspec-detect on the built-in pair
     "test_parity.py",         # ~80 s: parity with transformers

@@ -57,3 +57,16 @@ def test_the_decoder_comparison_writes_one_row_per_decoder_and_method(tmp_path):
         ("gumbel", "inverse_transform", "pseudorandom")]  # a draft decoder only where the draft is watermarked
     assert all(set(r["tpr_at_1pct"]) == {"ars-tau", "ars-prior", "single", "oracle"} for r in rows)
     assert rows[0]["tokens_per_step"] == 1.0 and rows[1]["tokens_per_step"] > 1.0
+
+
+def test_the_multidraft_comparison_writes_one_row_per_draft_shape(tmp_path):
+    out = tmp_path / "multidraft.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.compare_multidraft", "--num_texts=100",
+                           "--max_new_tokens=3", "--draft_trees=1,2d", f"--output={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["draft_shape"], r["siblings"], r["settings"]) for r in rows] == [
+        ("1", 1, {}), ("2d", 2, {"num_drafts": 2, "distinct_drafts": True})]
+    assert all(0 <= r[k] <= 1 for r in rows for k in ("tpr_oracle", "tpr_oracle_sibling0", "tpr_ars_tau", "fpr_ars_tau"))
+    assert rows[0]["tpr_oracle"] == rows[0]["tpr_oracle_sibling0"]  # one chain: the record adds nothing

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests import stats
-from wmspec_jax import decoders, multidraft, prf, sampling, speculative, toy
+from wmspec_jax import decoders, multidraft, prf, sampling, speculative, theory, toy
 from wmspec_jax.speculative import SpeculativeConfig
 
 GUMBEL = decoders.WatermarkDecoder("gumbel")
@@ -41,11 +41,12 @@ def processed(table, temperature, top_k):
     return out / out.sum(axis=1, keepdims=True)
 
 
-def exact_tokens_per_step(p_tab, q_tab, last, branching):
+def exact_tokens_per_step(p_tab, q_tab, last, branching, distinct=False):
     """Law of the tokens emitted by one step from a node after token ``last``: float64[K + 1] over
-    1..K + 1. Recursive rejection sampling with b i.i.d. children: child i is reached with probability
-    prod_{l<i} (1 - a_l), a_l = sum min(r_l, Q), and accepted with token x with probability
-    min(r_i(x), Q(x)); r_{i+1} = (r_i - Q)+ / (1 - a_i)."""
+    1..K + 1, by recursive rejection sampling. Child i is proposed from Q_i (Q itself, or without
+    replacement: Q without the earlier children's tokens, renormalised) and accepted with token x with
+    probability Q_i(x) min(1, r_i(x) / Q_i(x)); after a rejection r_{i+1} = (r_i - Q_i)+ normalised.
+    Enumerates the rejected children's tokens (they shape Q_i without replacement)."""
     k = len(branching)
 
     @functools.lru_cache(maxsize=None)
@@ -54,16 +55,31 @@ def exact_tokens_per_step(p_tab, q_tab, last, branching):
         if depth == k:
             out[0] = 1.0
             return out
-        r, q, reach = p_tab[token].copy(), q_tab[token], 1.0
-        for _ in range(branching[depth]):
+
+        def children(r, excluded, reach, left):
+            if left == 0 or reach == 0.0:
+                out[0] += reach
+                return
+            q = q_tab[token].copy()
+            if distinct and excluded:
+                q[list(excluded)] = 0.0
+                q = q / q.sum() if q.sum() > multidraft.REMAINING_MASS_EPS else q_tab[token]
             take = np.minimum(r, q)
             for x in np.flatnonzero(take > 0):
                 out[1:] += reach * take[x] * law(int(x), depth + 1)
             alpha = take.sum()
-            reach *= 1.0 - alpha
-            if alpha < 1.0:
-                r = np.maximum(r - q, 0.0) / (1.0 - alpha)
-        out[0] += reach
+            if alpha >= 1.0:
+                return
+            r_next = np.maximum(r - q, 0.0) / (1.0 - alpha)
+            if not distinct:
+                children(r_next, excluded, reach * (1.0 - alpha), left - 1)
+                return
+            for x in np.flatnonzero(q > 0):  # the rejected child's token x: Q(x) (1 - min(1, r/Q)(x))
+                rejected = q[x] - take[x]
+                if rejected > 0:
+                    children(r_next, excluded | {int(x)}, reach * rejected, left - 1)
+
+        children(p_tab[token].copy(), frozenset(), 1.0, branching[depth])
         return out
 
     return law(int(last), 0)
@@ -76,51 +92,50 @@ def assert_law(counts, probs, what):
     stats.assert_counts_match(counts[probs > 0], probs[probs > 0], what)
 
 
-@functools.lru_cache(maxsize=None)
-def shared_run(method, k, decoder, tree, temperature=1.0, top_k=None, h=4, max_new=3):
-    return run(method, k, decoder, draft_tree=tree, temperature=temperature, top_k=top_k, h=h, max_new=max_new)
-
-
-LAW_CASES = [  # (method, K, decoder, tree, temperature, top_k, h, tokens checked)
-    ("pseudorandom", 2, GUMBEL, (2, 1), 1.0, None, 4, 3),
-    ("pseudorandom", 2, GUMBEL, (4, 1), 1.0, None, 4, 3),
-    ("standard", 2, GUMBEL, (3, 1), 1.0, None, 4, 3),
-    ("pseudorandom", 2, SYNTH, (2, 2), 1.0, None, 4, 3),
-    ("standard", 2, SYNTH, (2, 2), 1.0, None, 4, 3),
-    ("pseudorandom", 3, GUMBEL, (3, 2, 1), 1.0, None, 4, 3),
-    ("pseudorandom", 2, GUMBEL, (3, 1), 0.6, 3, 4, 3),
-    ("pseudorandom", 2, SYNTH, (2, 2), 0.6, 3, 4, 3),
-    ("pseudorandom", 2, GUMBEL, (3, 1), 1.0, None, 1, 4),  # h = 1: repeated contexts are common
+LAW_CASES = [  # (method, K, decoder, tree, distinct, temperature, top_k, h, tokens checked)
+    ("pseudorandom", 2, GUMBEL, (4, 1), False, 1.0, None, 4, 3),
+    ("standard", 2, GUMBEL, (3, 1), False, 1.0, None, 4, 3),
+    ("pseudorandom", 2, SYNTH, (2, 2), False, 1.0, None, 4, 3),
+    ("pseudorandom", 3, GUMBEL, (3, 2, 1), False, 1.0, None, 4, 3),
+    ("pseudorandom", 2, GUMBEL, (3, 1), False, 0.6, 3, 4, 3),
+    ("pseudorandom", 2, GUMBEL, (3, 1), False, 1.0, None, 1, 4),  # h = 1: repeated contexts are common
+    ("pseudorandom", 2, GUMBEL, (3, 2), True, 1.0, None, 4, 3),  # without replacement
+    ("standard", 2, SYNTH, (4, 1), True, 1.0, None, 4, 3),  # 4 siblings of 4 tokens: Q runs out
+    ("pseudorandom", 2, SYNTH, (3, 1), True, 0.6, 3, 4, 3),  # top-3 and 3 siblings: the fallback to Q
 ]
 
 
-@pytest.mark.parametrize("method,k,decoder,tree,temperature,top_k,h,length", LAW_CASES,
+@pytest.mark.parametrize("method,k,decoder,tree,distinct,temperature,top_k,h,length", LAW_CASES,
                          ids=lambda x: getattr(x, "kind", str(x)))
-def test_output_law_is_the_target_and_tokens_per_step_are_exact(method, k, decoder, tree, temperature, top_k, h,
-                                                                 length):
+def test_output_law_is_the_target_and_tokens_per_step_are_exact(method, k, decoder, tree, distinct, temperature,
+                                                                 top_k, h, length):
     """Over 20k keys: the joint law of the first tokens equals P's (chi-square), and the first step's
     tokens-per-step law equals recursive rejection sampling's, computed from the tables."""
-    res = shared_run(method, k, decoder, tree, temperature, top_k, h, max(length, k + 1))
+    res = run(method, k, decoder, draft_tree=tree, distinct_drafts=distinct, temperature=temperature, top_k=top_k,
+              h=h, max_new=max(length, k + 1))
     p_tab, q_tab = processed(P_TAB, temperature, top_k), processed(Q_TAB, temperature, top_k)
     start = len(PROMPT)
     toks = np.asarray(res.tokens[:, start:start + length])
     index = np.ravel_multi_index(toks.T, (V,) * length)
-    label = f"{method}/{decoder.kind}/{tree}/T{temperature}/top{top_k}/h{h}"
+    label = f"{method}/{decoder.kind}/{tree}/distinct={distinct}/T{temperature}/top{top_k}/h{h}"
     assert_law(np.bincount(index, minlength=V ** length), toy.sequence_probs(p_tab, PROMPT[-1], length), label)
     first = np.asarray(res.tokens_per_step[:, 0])
-    assert_law(np.bincount(first, minlength=k + 2)[1:], exact_tokens_per_step(p_tab, q_tab, PROMPT[-1], tree),
+    assert_law(np.bincount(first, minlength=k + 2)[1:], exact_tokens_per_step(p_tab, q_tab, PROMPT[-1], tree, distinct),
                label + " per step")
     if h == 1:
         assert (~np.asarray(res.watermarked)[:, start:start + length]).mean() > 0.2  # the rule was exercised
 
 
 def test_more_drafts_emit_more_tokens_per_step():
-    """The exact law says so, and the loop agrees: n = 1, 2, 4 chains at K = 2."""
-    means = [float(np.asarray(run("pseudorandom", 2, n=4000, num_drafts=d).tokens_per_step[:, 0]).mean())
-             for d in (1, 2, 4)]
-    exact = [float(np.arange(1, 4) @ exact_tokens_per_step(P_TAB, Q_TAB, PROMPT[-1], (d, 1))) for d in (1, 2, 4)]
-    assert exact[0] < exact[1] < exact[2]
-    np.testing.assert_allclose(means, exact, atol=0.06)  # 4000 steps: sd of a mean <= 0.013
+    """On the toy tables, the exact law of recursive rejection sampling (which the loop matches, above):
+    mean tokens per step grows with the number of chains and more with distinct siblings."""
+    def mean(tree, distinct=False):
+        return float(np.arange(1, len(tree) + 2) @ exact_tokens_per_step(P_TAB, Q_TAB, PROMPT[-1], tree, distinct))
+
+    chains = [mean((d, 1)) for d in (1, 2, 4)]
+    assert chains[0] < chains[1] < chains[2]
+    assert all(mean((d, 1), True) > mean((d, 1)) for d in (2, 4))
+    assert mean((1, 1)) == pytest.approx(float(theory.expected_tokens_per_step(1 - 0.35, 2)), abs=1e-6)
 
 
 @pytest.mark.parametrize("method,decoder,top_k", [("pseudorandom", GUMBEL, None), ("standard", SYNTH, 2),
@@ -171,12 +186,12 @@ def test_alg1_multidraft_is_a_function_of_key_and_prompt_and_rows_are_batch_inva
     """V = 64 (contexts rarely repeat): Alg. 1 on a tree gives the same tokens under another true-random
     key, standard multi-draft sampling does not; a row of a batch equals the row generated alone."""
     model, tp, dp, _ = _pair(64, 5)
-    prompts = np.tile(np.arange(6), (200, 1)) + np.arange(200)[:, None] % 7
-    keys = prf.stream_keys(list(range(200)))
+    prompts = np.tile(np.arange(6), (120, 1)) + np.arange(120)[:, None] % 7
+    keys = prf.stream_keys(list(range(120)))
 
     def go(method, seed, rows=slice(None)):
         cfg = SpeculativeConfig(method=method, lookahead=3, max_new_tokens=12, draft_tree=(3, 2, 1))
-        rng = jax.random.split(jax.random.key(seed), 200)[rows]
+        rng = jax.random.split(jax.random.key(seed), 120)[rows]
         return speculative.generate(model, tp, prompts[rows], np.full(len(prompts[rows]), 6), keys[rows], rng, cfg,
                                     draft=model, draft_params=dp)
 
@@ -185,11 +200,11 @@ def test_alg1_multidraft_is_a_function_of_key_and_prompt_and_rows_are_batch_inva
     assert fresh.mean() > 0.9
     same = np.all(np.asarray(a.tokens) == np.asarray(b.tokens), axis=1)
     watermarked_rows = np.asarray(a.watermarked)[:, 6:18].all(axis=1) & np.asarray(b.watermarked)[:, 6:18].all(axis=1)
-    assert watermarked_rows.sum() > 100 and same[watermarked_rows].all()
+    assert watermarked_rows.sum() > 60 and same[watermarked_rows].all()
     s0, s1 = go("standard", 0), go("standard", 1)
     assert not np.all(np.asarray(s0.tokens) == np.asarray(s1.tokens), axis=1).all()
-    alone = [go("pseudorandom", 0, slice(i, i + 1)) for i in (0, 57, 199)]
-    for i, one in zip((0, 57, 199), alone):
+    alone = [go("pseudorandom", 0, slice(i, i + 1)) for i in (0, 119)]
+    for i, one in zip((0, 119), alone):
         for field in ("tokens", "source", "candidate", "accept_u", "tokens_per_step"):
             np.testing.assert_array_equal(np.asarray(getattr(one, field))[0], np.asarray(getattr(a, field))[i],
                                           err_msg=f"row {i} {field}")
@@ -229,12 +244,30 @@ def test_sibling_streams_are_independent_uniforms():
     assert multidraft.parent_path((3, 2), 1).tolist() == [0, 0, 2, 2, 4, 4]
 
 
-def next_token_probs(lm, params, seq):
-    """float64[T, V]: the model's next-token law after each prefix of seq, in one forward."""
-    logits, _ = lm.step(params, lm.init_cache(1, len(seq)), jax.numpy.asarray(seq)[None], np.array([len(seq)]))
+def feature_draft_probs(drafted, seq, feats):
+    """float64[T, V]: a feature draft's law after each prefix of seq when every position reads the
+    target's feature of the position before it (``test_feature_draft.draft_q`` with own=False, for
+    all positions in one forward)."""
+    lm = drafted.language_model()
+    prev = jax.numpy.pad(feats[:-1], ((1, 0), (0, 0)))[None]
+    logits, _, _ = lm.step(drafted.params, lm.init_cache(1, len(seq)), jax.numpy.asarray(seq)[None],
+                           np.array([len(seq)]), prev)
     x = np.asarray(logits[0], np.float64)
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
+
+
+def next_token_probs(lm, params, tokens, lengths, with_hidden=False):
+    """float64[B, T, V]: the model's next-token law after each prefix of each row (ragged rows, one
+    jitted forward); with_hidden: also its final hidden states float32[B, T, D]."""
+    def forward(p, t, n):
+        cache = lm.init_cache(t.shape[0], t.shape[1])
+        return lm.step_hidden(p, cache, t, n)[:2] if with_hidden else (lm.step(p, cache, t, n)[0], None)
+    logits, hidden = jax.jit(forward)(params, jax.numpy.asarray(tokens, jax.numpy.int32), jax.numpy.asarray(lengths))
+    x = np.asarray(logits, np.float64)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    probs = e / e.sum(-1, keepdims=True)
+    return (probs, hidden) if with_hidden else probs
 
 
 @pytest.mark.parametrize("kind", ["draft", "feature_draft"])
@@ -253,15 +286,19 @@ def test_transformer_caches_keep_the_accepted_path(kind):
         draft_lm, draft_params = drafted.language_model(), drafted.params
     prompts = np.array([[1, 4, 9, 6, 12, 3], [2, 5, 0, 0, 0, 0], [7, 7, 1, 8, 0, 0]], np.int32)
     lengths = np.array([6, 2, 4])
-    cfg = SpeculativeConfig(method="standard", lookahead=2, max_new_tokens=24, draft_tree=(2, 2))
+    cfg = SpeculativeConfig(method="standard", lookahead=2, max_new_tokens=16, draft_tree=(2, 2))
     res = speculative.generate(target.language_model(), target.params, prompts, lengths,
                                prf.stream_keys([0, 1, 2]), jax.random.key(5), cfg, draft=draft_lm,
                                draft_params=draft_params)
     checked = 0
+    texts, ends = np.asarray(res.tokens), np.asarray(res.lengths)
+    p_rows, hidden = next_token_probs(target.language_model(), target.params, texts, ends, with_hidden=True)
+    if kind == "draft":
+        q_rows = next_token_probs(draft_lm, draft_params, texts, ends)
     for row in range(3):
-        seq = np.asarray(res.tokens[row, :int(res.lengths[row])])
-        p_all, feats = feature.target_pass(seq) if kind == "feature_draft" else (
-            next_token_probs(target.language_model(), target.params, seq), None)
+        seq = texts[row, :ends[row]]
+        p_all, feats = p_rows[row], hidden[row, :ends[row]]
+        q_all = q_rows[row] if kind == "draft" else None
         start = int(lengths[row])
         logp = np.asarray(res.target_logprob[row, start:len(seq)])
         np.testing.assert_allclose(logp, np.log(p_all[np.arange(start - 1, len(seq) - 1), seq[start:]]), atol=2e-4)
@@ -269,12 +306,47 @@ def test_transformer_caches_keep_the_accepted_path(kind):
         for t in step_starts[step_starts < len(seq)]:
             if res.source[row, t] != speculative.SOURCE_DRAFT or res.candidate[row, t] != 0:
                 continue
-            if kind == "feature_draft":
-                q = feature.draft_q(seq, feats, t, own=False)
-            else:
-                q = next_token_probs(draft_lm, draft_params, seq)[t - 1]
+            if q_all is None:  # the feature draft at the step's first position reads the target's features
+                q_all = feature_draft_probs(drafted, seq, feats)
+            q = q_all[t - 1]
             x = seq[t]
             expected = min(1.0, p_all[t - 1, x] / q[x])
             np.testing.assert_allclose(float(res.accept_prob[row, t]), expected, rtol=2e-3, err_msg=f"row {row} t {t}")
             checked += 1
     assert checked >= 5
+
+
+def test_detection_over_sibling_streams_is_exact_and_the_oracle_loses_nothing():
+    """V = 64 pair, Alg. 1 at K = 2, 1,500 texts of 4 tokens, one chain vs 3 chains. Key-only statistics
+    ((max over the 3 sibling streams)^3) are U(0, 1) under another key, so the FPR at 1 % stays in its
+    band; the Oracle reading the candidate record keeps one chain's TPR; without the record (sibling 0's
+    stream only) it loses power, and so does the key-only Ars-τ."""
+    from wmspec_jax.detect import gumbel, streams
+
+    v, n = 64, 1500
+    model, tp, dp, _ = _pair(v, 5)
+    prompts = np.random.default_rng(0).integers(0, v, size=(n, 6))
+    keys = prf.stream_keys([f"k{i}" for i in range(n)])
+    other = prf.stream_keys([f"o{i}" for i in range(n)])
+    tpr = lambda scores: float((np.asarray(scores.pvalue) < 0.01).mean())  # noqa: E731
+    rates = {}
+    for label, kw, siblings in (("chain", {}, 1), ("3 chains", dict(num_drafts=3), 3)):
+        cfg = SpeculativeConfig(method="pseudorandom", lookahead=2, max_new_tokens=4, **kw)
+        res = speculative.generate(model, tp, prompts, np.full(n, 6), keys, jax.random.key(0), cfg, draft=model,
+                                   draft_params=dp)
+        texts = dict(vocab_size=v, lengths=np.asarray(res.lengths), starts=np.full(n, 6))
+        toks, src = np.asarray(res.tokens), np.asarray(res.source)
+        key_only = streams.gumbel_statistics(toks, keys, siblings=siblings, **texts)
+        null = streams.gumbel_statistics(toks, other, siblings=siblings, **texts)
+        oracle = streams.gumbel_statistics(toks, keys, siblings=siblings, candidate=np.asarray(res.candidate), **texts)
+        stats.assert_uniform(np.asarray(null.y_draft)[np.asarray(null.mask)], f"{label}: null y^D")
+        false_positives = int((np.asarray(gumbel.score_ars_tau(null, 0.5).pvalue) < 0.01).sum())
+        stats.assert_binomial_rate(false_positives, n, 0.01, f"{label}: FPR")
+        rates[label] = dict(oracle=tpr(gumbel.score_oracle(oracle, src)), ars=tpr(gumbel.score_ars_tau(key_only, 0.5)),
+                            sibling0=tpr(gumbel.score_oracle(streams.gumbel_statistics(toks, keys, **texts), src)))
+    chain, multi = rates["chain"], rates["3 chains"]
+    sd = np.sqrt(2 * max(chain["oracle"] * (1 - chain["oracle"]), 1 / n) / n)
+    assert multi["oracle"] >= chain["oracle"] - 4.5 * sd, rates
+    assert multi["sibling0"] < multi["oracle"] - 0.02 and multi["ars"] < chain["ars"] - 0.05, rates
+    with pytest.raises(ValueError, match="candidate records must lie"):
+        streams.gumbel_statistics(toks, keys, siblings=2, candidate=np.full(toks.shape, 2), **texts)

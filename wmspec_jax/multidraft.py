@@ -132,6 +132,25 @@ def _copy_window(tree, chosen: jax.Array, start: jax.Array, size: int, r: int):
     return jax.tree_util.tree_map(one, tree)
 
 
+REMAINING_MASS_EPS = 1e-6
+"""Below this mass left after removing the earlier siblings' tokens, a distinct sibling is drawn
+from the whole of Q instead (any proposal law keeps the walk exact, as long as its test uses it)."""
+
+
+def without_tokens(q: Candidates, excluded: list) -> Candidates:
+    """Q_c: Q with the tokens of the earlier siblings (each int32[rows]) removed and renormalised,
+    or Q itself where they held all but :data:`REMAINING_MASS_EPS` of its mass."""
+    if not excluded:
+        return q
+    ids = q.ids if q.ids is not None else jnp.arange(q.size, dtype=jnp.int32)[None]
+    hit = jnp.zeros(q.z.shape, bool)
+    for token in excluded:
+        hit = hit | (ids == token[:, None])
+    masked = candidates.with_logits(q, jnp.where(hit, -jnp.inf, q.z))
+    enough = masked.lse - q.lse > jnp.log(jnp.float32(REMAINING_MASS_EPS))
+    return Candidates(jnp.where(enough[:, None], masked.z, q.z), jnp.where(enough, masked.lse, q.lse), q.ids)
+
+
 def _q_on_p(p: Candidates, q: Candidates) -> jax.Array:
     """Q on P's candidates (float32[B, C]), as :func:`wmspec_jax.candidates.residual` reads it."""
     if p.ids is None and q.ids is None:
@@ -150,6 +169,23 @@ def _prob_at(c: Candidates, weights: jax.Array, token: jax.Array) -> jax.Array:
 # ---------------------------------------------------------------------------
 # The step
 # ---------------------------------------------------------------------------
+
+
+def _draw_sibling(st: stages.Static, inputs: stages.Inputs, tokens, pos, q: Candidates, sibling, fresh):
+    """Sibling ``sibling`` (int32[rows]) of each row's node at ``pos`` drawn from ``q``: from ζ^D re-keyed
+    by the sibling index when the method watermarks the draft, else from a true uniform of its own.
+    Returns (int32 token, float32 log q(token), bool watermarked record), each [rows]."""
+    method = st.method
+    seeds = None
+    if method.watermark_draft:
+        seeds = prf.candidate_seeds(
+            sampling.position_seeds(inputs.keys, prf.Stream.DRAFT, tokens, pos, st.context_width), sibling)
+    uniform = sampling.true_uniforms(inputs.words, pos, sampling.candidate_purpose(sampling.PURPOSE_DRAFT, sibling))
+    decoder = st.decoder if st.draft_decoder is None else st.draft_decoder
+    index, marked = sampling.draw(decoder, candidates.probs(q), q.ids, seeds, uniform,
+                                  fresh if method.watermark_draft else None)
+    log_q = jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse
+    return candidates.token_ids(q, index), log_q, marked
 
 
 def initial_state(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inputs: stages.Inputs,
@@ -189,18 +225,23 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
         sibling = jnp.tile(jnp.asarray(sibling_index(branching, s)), bsz)
         fresh = (context.is_new_context(path_tokens, pos, path_inputs.start, st.context_width) if need_fresh
                  else jnp.zeros(pos.shape, bool))
-        seeds = None
-        if method.watermark_draft:
-            seeds = prf.candidate_seeds(
-                sampling.position_seeds(path_inputs.keys, prf.Stream.DRAFT, path_tokens, pos, st.context_width),
-                sibling)
-        uniform = sampling.true_uniforms(path_inputs.words, pos,
-                                         sampling.candidate_purpose(sampling.PURPOSE_DRAFT, sibling))
-        index, marked = sampling.draw(st.decoder if st.draft_decoder is None else st.draft_decoder, candidates.probs(q), q.ids, seeds, uniform,
-                                      fresh if method.watermark_draft else None)
-        token = candidates.token_ids(q, index)
+        if st.distinct_drafts and branching[s] > 1:
+            # every row draws each sibling of its node in turn, each from Q without the earlier ones
+            token = log_q = marked = None
+            earlier = []
+            for c in range(branching[s]):
+                c_rows = jnp.full(pos.shape, c, jnp.int32)
+                q_c = without_tokens(q, earlier)
+                tok_c, log_q_c, marked_c = _draw_sibling(st, path_inputs, path_tokens, pos, q_c, c_rows, fresh)
+                mine = sibling == c
+                token = tok_c if token is None else jnp.where(mine, tok_c, token)
+                log_q = log_q_c if log_q is None else jnp.where(mine, log_q_c, log_q)
+                marked = marked_c if marked is None else jnp.where(mine, marked_c, marked)
+                earlier.append(tok_c)
+        else:
+            token, log_q, marked = _draw_sibling(st, path_inputs, path_tokens, pos, q, sibling, fresh)
         path_tokens = set_at(path_tokens, pos, token)
-        log_qs.append(jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse)
+        log_qs.append(log_q)
         true_u = sampling.true_uniforms(path_inputs.words, pos,
                                         sampling.candidate_purpose(sampling.PURPOSE_ACCEPT, sibling))
         if method.pseudorandom_acceptance:
@@ -229,14 +270,16 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
     for s in range(k):
         p_node = _pick(candidates.take(p, jnp.full((bsz * r,), s, jnp.int32), axis=1), node, r)
         q_node = _pick(qs[s], node, r)
-        q_on_p = _q_on_p(p_node, q_node)
         resid = candidates.probs(p_node)
+        earlier = []
         accepted = jnp.zeros((bsz,), bool)
         u_s = prob_s = jnp.full((bsz,), jnp.nan, jnp.float32)
         sib_s = jnp.zeros((bsz,), jnp.int32)
         for c in range(branching[s]):
             child = node + c * stride[s]
             x = _pick(drafted[s], child, r)
+            q_on_p = _q_on_p(p_node, without_tokens(q_node, earlier) if st.distinct_drafts else q_node)
+            earlier.append(x)
             if c == 0:  # as one chain computes it
                 log_ratio = candidates.log_prob(p_node, x[:, None])[:, 0] - _pick(log_qs[s], child, r)
             else:

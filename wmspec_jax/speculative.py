@@ -80,6 +80,9 @@ class SpeculativeConfig:
         paper's one chain, token for token. Shorthand for ``draft_tree=(n, 1, ..., 1)``.
       draft_tree: branching factors (b_1, ..., b_K) of a static draft tree, b_s children per node at
         depth s (e.g. (3, 2, 1)); None: given by ``num_drafts``. Stored as None when it is one chain.
+      distinct_drafts: draw the siblings of a node without replacement (sibling c from Q without the
+        earlier siblings' tokens; recursive speculative decoding's variant, still exact: its
+        acceptance tests use the same Q_c); False: independent draws. Stored as False for one chain.
 
     NumPy integer / float scalars are accepted and stored as Python numbers.
     """
@@ -96,6 +99,7 @@ class SpeculativeConfig:
     draft_decoder: Optional[decoders.WatermarkDecoder] = None
     num_drafts: int = 1
     draft_tree: Optional[tuple] = None
+    distinct_drafts: bool = False
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -148,6 +152,9 @@ class SpeculativeConfig:
                 raise ValueError("a biased decoder (KGW) is not supported with num_drafts / draft_tree")
             fix("num_drafts", 1)
             fix("draft_tree", tree if multidraft.num_paths(tree) > 1 else None)
+        if not isinstance(self.distinct_drafts, (bool, np.bool_)):
+            raise TypeError(f"distinct_drafts must be a bool, got {self.distinct_drafts!r}")
+        fix("distinct_drafts", bool(self.distinct_drafts) and self.draft_tree is not None)
         if self.temperature == 0 and spec.watermarks:
             warnings.warn(
                 f"method {self.method!r} at temperature 0: every distribution is one-hot, so no watermark "
@@ -175,7 +182,8 @@ class SpeculativeConfig:
         return stages.Static(
             method=self.spec, decoder=self.decoder, lookahead=self.lookahead, temperature=self.temperature,
             top_k=self.top_k, context_width=self.context_width, max_new_tokens=self.max_new_tokens,
-            stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder, tree=self.draft_tree)
+            stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder, tree=self.draft_tree,
+            distinct_drafts=self.distinct_drafts)
 
 
 class GenerationResult(NamedTuple):

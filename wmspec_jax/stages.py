@@ -70,6 +70,7 @@ class Static:
       stop_ids: stop a row after any of these tokens (empty: never).
       draft_decoder: the decoder of the draft stream ζ^D (None: ``decoder``).
       tree: branching factors of a draft tree (:mod:`wmspec_jax.multidraft`); None: one chain.
+      distinct_drafts: siblings of a draft tree are drawn without replacement.
     """
 
     method: methods.Method
@@ -82,6 +83,7 @@ class Static:
     stop_ids: tuple = ()
     draft_decoder: Optional[decoders.WatermarkDecoder] = None
     tree: Optional[tuple] = None
+    distinct_drafts: bool = False
 
     def process(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
         """Candidates of float32[..., V] logits and the NaN / +inf flag per distribution."""

@@ -254,20 +254,44 @@ def _uniform_statistic(seeds, tokens, statistic: str):
     return y
 
 
-@functools.partial(jax.jit, static_argnames=("width", "num_layers", "statistic", "draft_statistic"))
+def _sibling_statistic(seeds, tokens, statistic: str, siblings: int, candidate):
+    """The draft stream's per-token value under multi-draft sampling: of the sibling the record names
+    (``candidate`` int[B, L]), or, from tokens and key alone, (max over the ``siblings`` streams)^siblings,
+    exactly U(0, 1) when the text is independent of the key (the CDF of a maximum of independent
+    uniforms)."""
+    values = [_uniform_statistic(prf.candidate_seeds(seeds, jnp.uint32(c)), tokens, statistic)
+              for c in range(siblings)]
+    if candidate is not None:
+        out = values[0]
+        for c in range(1, siblings):
+            out = jnp.where(candidate == c, values[c], out)
+        return out
+    top = values[0]
+    for v in values[1:]:
+        top = jnp.maximum(top, v)
+    return top ** siblings
+
+
+@functools.partial(jax.jit, static_argnames=("width", "num_layers", "statistic", "draft_statistic", "siblings"))
 def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, statistic: str = decoders.GUMBEL,
-                draft_statistic: str = decoders.GUMBEL):
+                draft_statistic: str = decoders.GUMBEL, siblings: int = 1, candidate=None):
     bsz, length = tokens.shape
     mask = context.scored_mask(tokens, lengths, starts, width)
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (bsz, length))
     ctx = prf.gather_contexts(tokens, pos, width)  # [B, L, h]
     # one seed per (stream, position): [B, 3, L, 2]
     seeds = prf.context_seeds(keys[:, :, None, :], ctx[:, None])
-    u = prf.position_uniforms(seeds[:, prf.Stream.ACCEPT])
+    accept_seeds = seeds[:, prf.Stream.ACCEPT]
+    if candidate is not None:  # the acceptance test of the sibling that was accepted
+        accept_seeds = prf.candidate_seeds(accept_seeds, candidate.astype(jnp.uint32))
+    u = prf.position_uniforms(accept_seeds)
     if statistic == decoders.KGW:  # one green list per position, the target stream's, for every token
         draft = target = prf.token_uniforms(seeds[:, prf.Stream.TARGET], tokens)
     elif num_layers == 0:
-        draft = _uniform_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic)
+        if siblings > 1:
+            draft = _sibling_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic, siblings, candidate)
+        else:
+            draft = _uniform_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic)
         target = _uniform_statistic(seeds[:, prf.Stream.TARGET], tokens, statistic)
     else:
         draft = prf.token_gbits(seeds[:, prf.Stream.DRAFT], tokens, num_layers)
@@ -284,8 +308,8 @@ def statistics_provenance(key, decoder: str, num_layers: int = 0,
 
 
 def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None,
-                      context_width: int = prf.DEFAULT_CONTEXT_WIDTH, decoder=None, draft_decoder=None
-                      ) -> GumbelStats:
+                      context_width: int = prf.DEFAULT_CONTEXT_WIDTH, decoder=None, draft_decoder=None,
+                      siblings: int = 1, candidate=None) -> GumbelStats:
     """(y^D_t, y^T_t, u_t) and the scored mask of a batch of texts (Gumbel-max, or another decoder
     whose statistic is one uniform per token and stream).
 
@@ -301,6 +325,11 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
         any of the ``"gumbel"`` family (module doc).
       draft_decoder: the decoder of the draft stream when generation used another one
         (``SpeculativeConfig.draft_decoder``; also of the ``"gumbel"`` family); None: ``decoder``.
+      siblings: texts of multi-draft sampling (``docs/multidraft.md``): the most siblings a node had
+        (max of ``draft_tree``). y^D_t is then (max_c y^D_{t,c})^siblings over the sibling streams,
+        exactly U(0, 1) under H0, so every detector's p-values stay exact; 1: one chain.
+      candidate: int[B, L] the generation's ``candidate`` record: y^D_t and u_t come from the sibling
+        stream each token was drawn from (what the Oracle needs); needs ``siblings`` > its maximum.
 
     Returns:
       :class:`GumbelStats` with their provenance. Cost: one context hash per
@@ -316,9 +345,22 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
         raise ValueError("KGW's green list is the target stream's for every token: no draft_decoder with KGW")
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
+    if isinstance(siblings, bool) or not isinstance(siblings, (int, np.integer)) or siblings < 1:
+        raise ValueError(f"siblings must be an int >= 1, got {siblings!r}")
+    if candidate is not None:
+        candidate = np.asarray(candidate)
+        if candidate.shape != tok.shape or not np.issubdtype(candidate.dtype, np.integer):
+            raise ValueError(f"candidate must be int[{tok.shape[0]}, {tok.shape[1]}] like the texts, got "
+                             f"{candidate.dtype}{list(candidate.shape)}")
+        if candidate.size and (candidate.min() < 0 or candidate.max() >= siblings):
+            raise ValueError(f"candidate records must lie in [0, siblings={siblings})")
+        candidate = jnp.asarray(candidate, jnp.int32)
+    if decoders.KGW in (decoder.family, draft_decoder.family) and siblings > 1:
+        raise ValueError("KGW texts come from one chain: siblings must be 1")
     yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
                                   width=int(context_width), num_layers=0, statistic=decoder.statistic,
-                                  draft_statistic=draft_decoder.statistic)
+                                  draft_statistic=draft_decoder.statistic, siblings=int(siblings),
+                                  candidate=candidate)
     prov = statistics_provenance(key, decoder.statistic, 0, context_width, draft_decoder.statistic)
     return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 
