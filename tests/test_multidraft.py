@@ -183,14 +183,14 @@ def _pair(v, seed):
 
 
 def test_alg1_multidraft_is_a_function_of_key_and_prompt_and_rows_are_batch_invariant():
-    """V = 64 (contexts rarely repeat): Alg. 1 on a tree gives the same tokens under another true-random
+    """V = 64 (contexts rarely repeat): Alg. 1 on a (3, 2) tree gives the same tokens under another true-random
     key, standard multi-draft sampling does not; a row of a batch equals the row generated alone."""
     model, tp, dp, _ = _pair(64, 5)
     prompts = np.tile(np.arange(6), (120, 1)) + np.arange(120)[:, None] % 7
     keys = prf.stream_keys(list(range(120)))
 
     def go(method, seed, rows=slice(None)):
-        cfg = SpeculativeConfig(method=method, lookahead=3, max_new_tokens=12, draft_tree=(3, 2, 1))
+        cfg = SpeculativeConfig(method=method, lookahead=2, max_new_tokens=10, draft_tree=(3, 2))
         rng = jax.random.split(jax.random.key(seed), 120)[rows]
         return speculative.generate(model, tp, prompts[rows], np.full(len(prompts[rows]), 6), keys[rows], rng, cfg,
                                     draft=model, draft_params=dp)
@@ -199,7 +199,7 @@ def test_alg1_multidraft_is_a_function_of_key_and_prompt_and_rows_are_batch_inva
     fresh = np.asarray(a.watermarked).any(axis=1) & np.asarray(b.watermarked).any(axis=1)
     assert fresh.mean() > 0.9
     same = np.all(np.asarray(a.tokens) == np.asarray(b.tokens), axis=1)
-    watermarked_rows = np.asarray(a.watermarked)[:, 6:18].all(axis=1) & np.asarray(b.watermarked)[:, 6:18].all(axis=1)
+    watermarked_rows = np.asarray(a.watermarked)[:, 6:16].all(axis=1) & np.asarray(b.watermarked)[:, 6:16].all(axis=1)
     assert watermarked_rows.sum() > 60 and same[watermarked_rows].all()
     s0, s1 = go("standard", 0), go("standard", 1)
     assert not np.all(np.asarray(s0.tokens) == np.asarray(s1.tokens), axis=1).all()
@@ -347,6 +347,6 @@ def test_detection_over_sibling_streams_is_exact_and_the_oracle_loses_nothing():
     chain, multi = rates["chain"], rates["3 chains"]
     sd = np.sqrt(2 * max(chain["oracle"] * (1 - chain["oracle"]), 1 / n) / n)
     assert multi["oracle"] >= chain["oracle"] - 4.5 * sd, rates
-    assert multi["sibling0"] < multi["oracle"] - 0.02 and multi["ars"] < chain["ars"] - 0.05, rates
+    assert multi["sibling0"] < multi["oracle"] - 0.01 and multi["ars"] < chain["ars"] - 0.03, rates  # > 5 sd margins
     with pytest.raises(ValueError, match="candidate records must lie"):
         streams.gumbel_statistics(toks, keys, siblings=2, candidate=np.full(toks.shape, 2), **texts)
