@@ -121,6 +121,9 @@ class Records(NamedTuple):
       source: int8[B, L] SOURCE_* per position (−1 prompt/padding).
       watermarked: bool[B, L].
       accept_u: float32[B, L] (NaN where no acceptance test ran).
+      candidate: int8[B, L] sibling index of each accepted draft token under multi-draft sampling
+        (``docs/multidraft.md``; pass it to :func:`gumbel_statistics` for the Oracle), or None when
+        the generation had none.
     """
 
     tokens: np.ndarray
@@ -129,6 +132,7 @@ class Records(NamedTuple):
     source: np.ndarray
     watermarked: np.ndarray
     accept_u: np.ndarray
+    candidate: Optional[np.ndarray] = None
 
 
 # ---------------------------------------------------------------------------
@@ -442,6 +446,11 @@ def records_from_generation(result: Any) -> Records:
         if arr.shape != tokens.shape:
             raise ValueError(f"length mismatch of records: {name} has shape {arr.shape}, tokens {tokens.shape}")
         fields[name] = arr
+    candidate = getattr(result, "candidate", None)
+    if candidate is not None:
+        candidate = np.asarray(candidate).astype(np.int8)
+        if candidate.shape != tokens.shape:
+            raise ValueError(f"length mismatch of records: candidate has shape {candidate.shape}, tokens {tokens.shape}")
     lengths = np.asarray(result.lengths).astype(np.int32)
     starts = np.asarray(result.prompt_lengths).astype(np.int32)
     for name, arr in (("lengths", lengths), ("prompt_lengths", starts)):
@@ -454,6 +463,7 @@ def records_from_generation(result: Any) -> Records:
         source=check_source(fields["source"], tokens.shape),
         watermarked=fields["watermarked"].astype(bool),
         accept_u=fields["accept_u"].astype(np.float32),
+        candidate=candidate,
     )
 
 
