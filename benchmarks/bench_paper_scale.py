@@ -173,20 +173,9 @@ def _call(pair, run: Run):
     cfg = speculative.SpeculativeConfig(method=run.method, decoder=decoders.WatermarkDecoder(run.decoder, 30),
                                         lookahead=run.lookahead, max_new_tokens=FLAGS.max_new_tokens,
                                         temperature=FLAGS.temperature, top_k=run.top_k or None,
-                                        **draft_shape_settings(run.draft_shape, run.lookahead))
+                                        **(multidraft.parse_shape(run.draft_shape) if run.lookahead else {}))
     extra = dict(draft=pair.draft, draft_params=pair.draft_params) if run.lookahead else {}
     return (pair.target, pair.target_params, prompts, lengths, keys, rngs, cfg), extra
-
-
-def draft_shape_settings(text: str, lookahead: int) -> dict:
-    """SpeculativeConfig keywords of a draft shape: {} for one chain, else num_drafts / draft_tree and
-    distinct_drafts; a chain count n at K = 1 is the tree (n,)."""
-    distinct = text.endswith("d")
-    parts = tuple(int(x) for x in text.rstrip("d").split("x"))
-    if parts == (1,) or lookahead == 0:
-        return {}
-    out = {"num_drafts": parts[0]} if len(parts) == 1 else {"draft_tree": parts}
-    return {**out, "distinct_drafts": True} if distinct else out
 
 
 def _within_round(times: dict, a, b) -> list:

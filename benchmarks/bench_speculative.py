@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, prf, speculative, storage
+from wmspec_jax import decoders, multidraft, prf, speculative, storage
 
 flags.DEFINE_enum("pair", "toy", ["toy", "builtin", "tiny_llama"], "model pair")
 flags.DEFINE_string("builtin_draft", "builtin", "--pair=builtin: the draft ('builtin' = the default, "
@@ -73,18 +73,6 @@ flags.DEFINE_list("draft_trees", ["1"], "draft shapes of the speculative methods
                   "(a static tree of K depths), with a trailing d: siblings without replacement")
 flags.DEFINE_string("output", "results/bench_speculative.json", "JSON output")
 FLAGS = flags.FLAGS
-
-
-def draft_shape(text: str) -> dict:
-    """SpeculativeConfig settings of one --draft_trees entry: {} (one chain), num_drafts or draft_tree, and
-    distinct_drafts for a trailing "d"."""
-    text = text.lower()
-    distinct = text.endswith("d")
-    parts = [int(x) for x in text.rstrip("d").split("x")]
-    extra = {"distinct_drafts": True} if distinct else {}
-    if len(parts) == 1:
-        return {} if parts[0] == 1 else {"num_drafts": parts[0], **extra}
-    return {"draft_tree": tuple(parts), **extra}
 
 # the same method without a watermark (for the per-step watermark overhead)
 UNWATERMARKED = {"basic": "plain", "hu": "standard", "dathathri": "standard", "pseudorandom": "standard"}
@@ -151,7 +139,7 @@ def main(argv):
     rows_of = [slice(c * bsz, (c + 1) * bsz) for c in range(num_calls)]
     dec = decoders.WatermarkDecoder.from_name(FLAGS.decoder, FLAGS.num_layers)
     calls = {}  # method -> ([args of each call], extra): every call has the same shapes (one executable)
-    shapes = {text: draft_shape(text) for text in FLAGS.draft_trees}
+    shapes = {text: multidraft.parse_shape(text) for text in FLAGS.draft_trees}
     for method in FLAGS.methods:
         spec = speculative.METHODS[method]
         for text, shape in (shapes.items() if spec.speculative else [("1", {})]):

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import prf, speculative, storage, toy
+from wmspec_jax import multidraft, prf, speculative, storage, toy
 from wmspec_jax.detect import gumbel, streams
 
 flags.DEFINE_integer("num_texts", 1500, "texts per draft shape", lower_bound=100)
@@ -33,19 +33,6 @@ flags.DEFINE_integer("lookahead", 2, "K", lower_bound=1)
 flags.DEFINE_list("draft_trees", ["1", "2", "3", "3d", "3x2"], "draft shapes: n, n + 'd' (distinct), b1xb2...")
 flags.DEFINE_string("output", "results/compare_multidraft.json", "JSON output")
 FLAGS = flags.FLAGS
-
-
-def settings(text: str) -> tuple:
-    """(SpeculativeConfig keywords, the most siblings of a node) of one --draft_trees entry."""
-    distinct = text.endswith("d")
-    parts = tuple(int(x) for x in text.rstrip("d").split("x"))
-    if len(parts) == 1:
-        kw = {} if parts[0] == 1 else {"num_drafts": parts[0]}
-    else:
-        kw = {"draft_tree": parts}
-    if distinct:
-        kw["distinct_drafts"] = True
-    return kw, max(parts)
 
 
 def main(argv):
@@ -59,7 +46,8 @@ def main(argv):
     tpr = lambda scores: float((np.asarray(scores.pvalue) < 0.01).mean())  # noqa: E731
     rows = []
     for text in FLAGS.draft_trees:
-        kw, siblings = settings(text)
+        kw = multidraft.parse_shape(text)
+        siblings = max(kw.get("draft_tree") or (kw.get("num_drafts", 1),))
         t0 = time.perf_counter()
         cfg = speculative.SpeculativeConfig(method="pseudorandom", lookahead=FLAGS.lookahead,
                                             max_new_tokens=FLAGS.max_new_tokens, **kw)

@@ -36,7 +36,7 @@ from absl import app, flags
 from wmspec_jax import decoders, keys, prf, speculative, storage
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.lab import data, pairs, runs
-from wmspec_jax.lab.session import script_main
+from wmspec_jax.lab.harness import script_main
 
 cli_flags.define_pair_flags()
 cli_flags.define_secret_flags(demo_flag=True)

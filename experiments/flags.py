@@ -15,7 +15,7 @@ import dataclasses
 from absl import flags
 
 from wmspec_jax.cli.flags import PAIR_FLAG_HELP, SECRET_FLAGS, define_secret_flags, secret_from_flags
-from wmspec_jax.lab.session import log
+from wmspec_jax.lab.harness import log
 from wmspec_jax.lab.settings import Settings
 
 FLAG_HELP = {

@@ -18,7 +18,7 @@ import numpy as np
 from absl import app, flags
 
 from wmspec_jax import decoders, prf, storage, theory
-from wmspec_jax.lab.session import script_main
+from wmspec_jax.lab.harness import script_main
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "results/quickstart", "Where quickstart.json goes.")

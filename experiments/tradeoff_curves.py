@@ -41,7 +41,7 @@ import jax
 
 from wmspec_jax import prf, storage
 from wmspec_jax import tradeoff as to
-from wmspec_jax.lab.session import script_main
+from wmspec_jax.lab.harness import script_main
 from wmspec_jax.tradeoff import kernels
 
 FLAGS = flags.FLAGS

@@ -68,6 +68,21 @@ def check_branching(branching, lookahead: int) -> tuple:
     return branching
 
 
+def parse_shape(text: str) -> dict:
+    """``SpeculativeConfig`` keywords of a draft shape written as text (the benchmarks' flags): "1" one
+    chain ({}), "n" n chains (num_drafts), "3x2x1" a tree (draft_tree); a trailing "d" draws siblings
+    without replacement (distinct_drafts)."""
+    distinct = text.lower().endswith("d")
+    try:
+        parts = tuple(int(x) for x in text.lower().rstrip("d").split("x"))
+    except ValueError:
+        raise ValueError(f"draft shape {text!r}: expected n, b1xb2x... or either with a trailing d") from None
+    if parts == (1,):
+        return {}
+    out = {"num_drafts": parts[0]} if len(parts) == 1 else {"draft_tree": parts}
+    return {**out, "distinct_drafts": True} if distinct else out
+
+
 def num_paths(branching: tuple) -> int:
     return math.prod(branching)
 
@@ -278,7 +293,8 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
         for c in range(branching[s]):
             child = node + c * stride[s]
             x = _pick(drafted[s], child, r)
-            q_on_p = _q_on_p(p_node, without_tokens(q_node, earlier) if st.distinct_drafts else q_node)
+            if st.distinct_drafts or c == 0:  # independent siblings share their node's Q
+                q_on_p = _q_on_p(p_node, without_tokens(q_node, earlier))
             earlier.append(x)
             if c == 0:  # as one chain computes it
                 log_ratio = candidates.log_prob(p_node, x[:, None])[:, 0] - _pick(log_qs[s], child, r)

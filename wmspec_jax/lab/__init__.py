@@ -10,7 +10,7 @@ module                              idea
 :mod:`.evaluation`                  Tables 1-2 rows; the detection protocol of Figs. 2 / 5
 :mod:`.edits`                       token edits of the robustness experiment
 :mod:`.settings`                    :class:`Settings` (validated when built), ``GENERATION_FIELDS``
-:mod:`.session`                     :func:`preflight`, :class:`Session` (lock, pair, prompts, records)
+:mod:`.harness`                     :func:`preflight`, :class:`Session` (lock, pair, prompts, records)
 :mod:`.speed`                       Tables 1-2: :func:`run_speculative`
 :mod:`.detection_experiment`        Figs. 2 and 5: :func:`run_detection` (saves the fitted detectors)
 :mod:`.robustness`                  edits 0-50 %: :func:`run_robustness` and its figures
@@ -23,7 +23,7 @@ their flags, one per setting, are ``experiments/flags.py``.
 
 from wmspec_jax.lab.detection_experiment import detection_runs, detection_texts, run_detection
 from wmspec_jax.lab.plots import plot_aatps, plot_detection
-from wmspec_jax.lab.session import Session, log, preflight, script_main
+from wmspec_jax.lab.harness import Session, log, preflight, script_main
 from wmspec_jax.lab.settings import GENERATION_FIELDS, GUMBEL, PARTS, SYNTHID, Settings, prompts_needed
 from wmspec_jax.lab.speed import method_label, run_speculative, speculative_checks, speed_runs
 from wmspec_jax.lab.tables import detection_markdown, speculative_markdown, write_csv

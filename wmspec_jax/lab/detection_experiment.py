@@ -16,7 +16,7 @@ import jax
 from wmspec_jax import detect, prf, storage
 from wmspec_jax.lab import evaluation, runs
 from wmspec_jax.lab.plots import plot_detection
-from wmspec_jax.lab.session import Session, log
+from wmspec_jax.lab.harness import Session, log
 from wmspec_jax.lab.settings import GUMBEL, SYNTHID, Settings
 from wmspec_jax.lab.tables import write_csv
 

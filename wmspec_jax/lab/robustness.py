@@ -59,7 +59,7 @@ from wmspec_jax.lab import evaluation, runs
 from wmspec_jax.lab import edits as edits_lib
 from wmspec_jax.detect import metrics
 from wmspec_jax.lab.detection_experiment import DETECTORS_DIR, detection_runs, detection_texts, run_detection
-from wmspec_jax.lab.session import Session, log
+from wmspec_jax.lab.harness import Session, log
 from wmspec_jax.lab.settings import GUMBEL, SYNTHID, Settings
 from wmspec_jax.lab.plots import _pyplot
 from wmspec_jax.lab.tables import write_csv

@@ -11,7 +11,7 @@ import numpy as np
 from wmspec_jax import storage
 from wmspec_jax.lab import evaluation, runs
 from wmspec_jax.lab.plots import plot_aatps
-from wmspec_jax.lab.session import Session, log
+from wmspec_jax.lab.harness import Session, log
 from wmspec_jax.lab.settings import GUMBEL, SYNTHID, Settings
 from wmspec_jax.lab.tables import write_csv
 

@@ -1,4 +1,4 @@
-"""One experiment run's session: validation before any work, the locked output directory, the pair,
+"""One experiment run: validation before any work, the locked output directory, the pair,
 the prompts and the record store.
 
 ``experiments/speculative.py``, ``experiments/detection.py``,
