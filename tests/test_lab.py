@@ -199,9 +199,9 @@ def test_detection_outputs_are_complete(pipeline_outputs):
     for used, total in zip(syn["threshold_negatives_per_length"], syn["negatives_per_length"]):
         assert used["model"] == SMALL.num_detection_texts - SMALL.num_detection_train and sum(used.values()) == total
     assert "pooled with the model negatives" in lab.detection_markdown(det)
-    for dec, key in (("gumbel", "fpr_at_alpha"), ("synthid", "fpr_at_threshold")):
-        assert set(det[dec][key]) == {"model", "human"}
-        for rates in det[dec][key].values():
+    for dec in ("gumbel", "synthid"):
+        assert set(det[dec]["fpr"]) == {"model", "human"}
+        for rates in det[dec]["fpr"].values():
             assert all(0 <= r["flagged"] <= r["negatives"] for r in rates.values())
     assert "FPR on human" in lab.detection_markdown(det)
     for name in ("tpr_vs_length.png", "roc.png"):
@@ -275,7 +275,7 @@ def test_detection_texts_rebuild_generation(pipeline_outputs):
     recs = session.records(run, SMALL.num_detection_texts)
     idx = [r["index"] for r in recs]
     texts = evaluation.texts_from_records(recs, session.prompts, session.keys_for(run, idx))
-    stats = evaluation._gumbel_stats(texts, session.pair.vocab_size, 4)
+    stats = evaluation.FAMILIES["gumbel"].statistics(texts, {"vocab_size": session.pair.vocab_size, "context_width": 4})
     assert stats.provenance.key_fingerprint == SMALL.secret.fingerprint
     cfg = run.config(SMALL.max_new_tokens, pad_id=session.pair.pad_id)
     gen = speculative.generate(session.pair.target, session.pair.target_params, session.prompts[idx],

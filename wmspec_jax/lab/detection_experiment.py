@@ -76,18 +76,13 @@ def run_detection(session: Session) -> dict:
     for dec in (GUMBEL, SYNTHID):
         t = detection_texts(session, dec)
         pos_run, neg_run = t["runs"]
-        common = dict(lengths=s.tpr_lengths, vocab_size=pair.vocab_size, context_width=prf.DEFAULT_CONTEXT_WIDTH,
-                      seed=s.seed, num_resamples=s.num_resamples, save_dir=detector_dir)
         log(f"detection: scoring {dec} ({sum(len(t[k]['indices']) for k in ('ptr', 'pte'))} watermarked, "
             f"{sum(len(t[k]['indices']) for k in ('ntr', 'nte'))} unwatermarked, "
             f"{sum(len(t[k]['indices']) for k in ('htr', 'hte') if t[k])} human texts)")
-        if dec == GUMBEL:
-            res = evaluation.evaluate_gumbel(t["ptr"], t["pte"], t["nte"], roc_length=s.roc_length_gumbel,
-                                             test_human=t["hte"], **common)
-        else:
-            res = evaluation.evaluate_synthid(t["ptr"], t["ntr"], t["pte"], t["nte"], num_layers=s.synthid_layers,
-                                              roc_length=s.roc_length_synthid, train_human=t["htr"],
-                                              test_human=t["hte"], mixture=s.synthid_mixture, **common)
+        res = evaluation.evaluate(dec, t, lengths=s.tpr_lengths, vocab_size=pair.vocab_size,
+                                  context_width=prf.DEFAULT_CONTEXT_WIDTH, num_layers=s.synthid_layers, seed=s.seed,
+                                  num_resamples=s.num_resamples, mixture=s.synthid_mixture, save_dir=detector_dir,
+                                  roc_length=s.roc_length_gumbel if dec == GUMBEL else s.roc_length_synthid)
         res.update(positives=pos_run.name, negatives_run=neg_run.name, temperature=pos_run.temperature)
         out[dec] = res
     storage.atomic_write_json(os.path.join(session.output_dir, "detection.json"), out)

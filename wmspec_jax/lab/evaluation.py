@@ -23,26 +23,33 @@ Detection protocol (Sec. 5, App. E.1), per decoder:
   them (the built-in ELI5 stand-in does; prompt + human text, at most
   ``max_new_tokens`` tokens). Human texts get random token sources
   (:func:`wmspec_jax.detect.pseudo_source`) for the Oracle detectors;
-* Gumbel-max: TPR at 1 % FPR from the exact p-values (p ≤ 0.01); the FPR at
-  p ≤ 0.01 is reported on both negative sets;
-* SynthID Bayes-* and Oracle: as the paper (App. D), human negatives train
-  the detectors and set the 1 % threshold when the dataset has them (else the
-  model negatives do); at each length only negatives with at least that
-  many tokens count. Where fewer than ``MIN_THRESHOLD_NEGATIVES`` (100 =
-  1/α) human texts are that long, the model negatives of that length are
-  pooled with them (our choice, not the paper's, which has 1,000 human
-  texts: the largest of n < 1/α scores flags ~1/(n + 1) of fresh negatives,
-  e.g. a quarter with 3). Under H0 a text's g-values are i.i.d.
-  Bernoulli(½) whoever wrote it, so both sets share the null. The FPR at
-  that threshold is reported on both sets. SynthID's mean test has exact
-  p-values: its TPR and FPR are at p ≤ 0.01, as the Gumbel-max detectors'.
+* one protocol for every decoder (:func:`evaluate`); what differs is the
+  fit of its detectors (:class:`Family`: Ars-τ / Ars-Prior / soft for
+  Gumbel-max, the Bayesian detectors for SynthID) and each detector's
+  threshold rule (:func:`tpr_estimate`). Calibrated detectors (every
+  Gumbel-max detector, SynthID's mean test) flag p ≤ 0.01: TPR and FPR
+  come from their exact p-values, and the FPR is counted on every negative
+  text (a p-value holds at any length). The others (SynthID's Bayes-* and
+  Oracle) are thresholded at 1 % FPR on the *threshold negatives* of each
+  length, as the paper (App. D): the human negatives when the family trains
+  on them (SynthID) and the dataset has them, else the model negatives —
+  at each length only negatives with at least that many tokens count.
+  Where fewer than ``MIN_THRESHOLD_NEGATIVES`` (100 = 1/α) human texts are
+  that long, the model negatives of that length are pooled with them (our
+  choice, not the paper's, which has 1,000 human texts: the largest of
+  n < 1/α scores flags ~1/(n + 1) of fresh negatives, e.g. a quarter with
+  3). Under H0 a text's g-values are i.i.d. Bernoulli(½) whoever wrote it,
+  so both sets share the null. Their FPR is counted on the negatives of
+  each set that reach the ROC length. The ROC compares the watermarked
+  test texts with the threshold negatives.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import numpy as np
@@ -249,151 +256,198 @@ def _save(save_dir, decoder: str, fitted: dict) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Gumbel-max (Ars-τ / Ars-Prior / Oracle; single-stream and soft for reference)
+# The threshold rule of a detector
 # ---------------------------------------------------------------------------
 
 
-def _gumbel_stats(texts, vocab_size, context_width):
+def tpr_estimate(calibrated: bool, positives, negatives, rng, *, num_resamples: int):
+    """TPR at FPR :data:`ALPHA` of one detector with its bootstrap CI, by the detector's threshold rule.
+
+    Args:
+      calibrated: the detector's p-values are exact or conservative
+        (``Detector.calibrated``): flag iff p ≤ α, the negatives are not needed.
+        Otherwise the threshold is the 1 - α quantile of the negatives' scores.
+      positives, negatives: float[n] decision scores (:func:`wmspec_jax.detect.decision_scores`,
+        −log p for calibrated detectors).
+
+    Returns:
+      :class:`wmspec_jax.detect.metrics.Estimate`, or None when the rule needs
+      negatives and there are none.
+    """
+    if calibrated:
+        return metrics.bootstrap_tpr_at_alpha(-np.asarray(positives), ALPHA, rng, num_resamples=num_resamples)
+    if np.size(negatives) == 0:
+        return None
+    return metrics.bootstrap_tpr_at_fpr(positives, negatives, ALPHA, rng, num_resamples=num_resamples)
+
+
+def flagged(calibrated: bool, scores, threshold_negatives) -> np.ndarray:
+    """bool[n]: which texts a detector flags at FPR :data:`ALPHA` by its threshold rule (:func:`tpr_estimate`)."""
+    scores = np.asarray(scores)
+    if calibrated:
+        return scores >= -np.log(ALPHA)
+    return scores > metrics.tpr_at_fpr(scores, threshold_negatives, ALPHA)[1]
+
+
+# ---------------------------------------------------------------------------
+# How each decoder's detectors are fitted
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """What the detection protocol (:func:`evaluate`) needs to know of one decoder's detectors.
+
+    Attributes:
+      decoder: ``"gumbel"`` or ``"synthid"``.
+      statistics: ``(texts, options) -> statistics`` of a :func:`texts_from_records` dict.
+      fit: ``(sets, stats, options) -> (fitted, info)``: the fitted detectors
+        (label -> detector, the labels of :data:`SAVED`) and what the result
+        reports about the fit. ``sets`` holds the texts ``"trp"`` (watermarked
+        training texts) and ``"trn"`` (negative training texts), ``stats(name)``
+        their statistics.
+      negatives_from_human: the human negatives train the detectors and set
+        the thresholds when there are enough of them (the paper's App. D for
+        SynthID); otherwise the model negatives do.
+    """
+
+    decoder: str
+    statistics: Callable[[dict, dict], Any]
+    fit: Callable[[dict, Callable, dict], tuple]
+    negatives_from_human: bool
+
+
+def _gumbel_stats(texts, options):
     return detect.gumbel_statistics(texts["tokens"], texts["keys"], lengths=texts["lengths"],
-                                    starts=texts["starts"], context_width=context_width,
-                                    vocab_size=vocab_size)
+                                    starts=texts["starts"], context_width=options["context_width"],
+                                    vocab_size=options["vocab_size"])
 
 
-def fit_gumbel(train_pos: dict, train_stats) -> dict:
-    """The fitted Gumbel detectors (label -> detector) on the watermarked training texts."""
+def _fit_gumbel(sets, stats, options):
+    """Ars-τ (τ at FPR α on the exact null), Ars-Prior (the training texts' draft fraction), soft."""
+    train_pos, train_stats = sets["trp"], stats("trp")
     p_draft = detect.draft_fraction(train_pos["source"], np.asarray(train_stats.mask))
-    return {"Ars-tau": detect.fit_ars_tau(train_stats, target_fpr=ALPHA),
-            "Ars-Prior": detect.ars_prior_detector(p_draft, provenance=train_stats.provenance),
-            "soft (ours)": detect.fit_soft(train_stats, train_pos["source"])}
+    fitted = {"Ars-tau": detect.fit_ars_tau(train_stats, target_fpr=ALPHA),
+              "Ars-Prior": detect.ars_prior_detector(p_draft, provenance=train_stats.provenance),
+              "soft (ours)": detect.fit_soft(train_stats, train_pos["source"])}
+    return fitted, {"tau": fitted["Ars-tau"].tau, "draft_fraction": fitted["Ars-Prior"].draft_fraction}
 
 
-def evaluate_gumbel(train_pos, test_pos, test_neg, *, lengths: Sequence[int], roc_length: int, vocab_size: int,
-                    context_width: int, seed: int = 0, num_resamples: int = 1000, test_human=None,
-                    save_dir: Optional[str] = None) -> dict:
-    """TPR at 1 % FPR vs length and ROC for the Gumbel-max detectors (Fig. 2 middle, Fig. 5).
-
-    Args:
-      train_pos, test_pos, test_neg: :func:`texts_from_records` dicts
-        (test_neg: model negatives).
-      lengths: token lengths of the TPR curve (kept where every text is
-        that long); ``roc_length``: length of the ROC curves (cut to the
-        shortest text if longer).
-      test_human: optional human negatives (:func:`texts_from_human`); their
-        FPR at p ≤ 0.01 is reported.
-      save_dir: if given, the fitted detectors are saved there (key-free).
-    """
-    tr, tp, tn = (_gumbel_stats(t, vocab_size, context_width) for t in (train_pos, test_pos, test_neg))
-    fitted = fit_gumbel(train_pos, tr)
-    _save(save_dir, "gumbel", fitted)
-    detectors = complete_set("gumbel", fitted, tr.provenance)
-    rng = jax.random.key(seed)
-
-    def score_all(stats, texts):
-        return score_set(detectors, stats, texts, seed + 1)
-
-    grid = _lengths_available(test_pos, lengths)
-    curves = {}
-    for i, length in enumerate(grid):
-        for name, sc in score_all(detect.truncate(tp, length), test_pos).items():
-            est = metrics.bootstrap_tpr_at_alpha(np.asarray(sc.log_pvalue), ALPHA, jax.random.fold_in(rng, 100 + i),
-                                                 num_resamples=num_resamples)
-            curves.setdefault(name, []).append(_estimate(est))
-    roc_len = min(roc_length, int(np.min(test_pos["lengths"] - test_pos["starts"])),
-                  int(np.min(test_neg["lengths"] - test_neg["starts"])))
-    pos_s = score_all(detect.truncate(tp, roc_len), test_pos)
-    neg_s = score_all(detect.truncate(tn, roc_len), test_neg)
-    fpr = {"model": {name: _fpr_estimate(np.asarray(v.log_pvalue) <= np.log(ALPHA)) for name, v in neg_s.items()}}
-    if test_human is not None and len(test_human["indices"]):
-        # p-values are calibrated at any length: each human text is scored on up to roc_len tokens
-        hs = _gumbel_stats(test_human, vocab_size, context_width)
-        hum_s = score_all(detect.truncate(hs, roc_len), test_human)
-        fpr["human"] = {name: _fpr_estimate(np.asarray(v.log_pvalue) <= np.log(ALPHA)) for name, v in hum_s.items()}
-    roc = {name: _roc(np.asarray(detect.decision_scores(pos_s[name])), np.asarray(detect.decision_scores(neg_s[name])))
-           for name in pos_s}
-    return {"decoder": "gumbel", "lengths": grid, "tpr": curves, "roc_length": roc_len, "roc": roc,
-            "fpr_at_alpha": fpr, "tau": fitted["Ars-tau"].tau, "draft_fraction": fitted["Ars-Prior"].draft_fraction,
-            "threshold": "p <= 0.01 (exact Gamma null)", "train_texts": len(train_pos["indices"]),
-            "test_texts": len(test_pos["indices"]), "test_negatives": len(test_neg["indices"]),
-            "test_human_negatives": 0 if test_human is None else len(test_human["indices"])}
+def _synthid_stats(texts, options):
+    return detect.synthid_statistics(texts["tokens"], texts["keys"], options["num_layers"], lengths=texts["lengths"],
+                                     starts=texts["starts"], context_width=options["context_width"],
+                                     vocab_size=options["vocab_size"])
 
 
-# ---------------------------------------------------------------------------
-# SynthID (Bayes-Prior / Bayes-MLP / Oracle; mean score for reference)
-# ---------------------------------------------------------------------------
-
-
-def _synthid_stats(texts, num_layers, vocab_size, context_width):
-    return detect.synthid_statistics(texts["tokens"], texts["keys"], num_layers, lengths=texts["lengths"],
-                                     starts=texts["starts"], context_width=context_width, vocab_size=vocab_size)
-
-
-def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: int, lengths: Sequence[int],
-                     roc_length: int, vocab_size: int, context_width: int, seed: int = 0,
-                     num_resamples: int = 1000, train_config=None, train_human=None, test_human=None,
-                     mixture: str = "layer", save_dir: Optional[str] = None) -> dict:
-    """TPR at 1 % FPR vs length and ROC for the SynthID detectors (Fig. 2 right, Fig. 5).
-
-    Args:
-      train_pos, train_neg, test_pos, test_neg: :func:`texts_from_records`
-        dicts (negatives: the model's unwatermarked texts).
-      train_human, test_human: human negatives (:func:`texts_from_human`);
-        when both hold at least 4 / 1 texts they train the detectors and set
-        the thresholds, as in the paper; otherwise the model negatives do.
-      mixture: ``BayesConfig.mixture`` (``"layer"``: the paper's Eq. (17)).
-      save_dir: if given, the trained detectors are saved there.
-
-    The Bayesian detectors train on the first 3/4 of the training split and
-    validate (early stopping, L2 choice) on the last 1/4. At each length the
-    threshold comes from the test negatives of the primary set that have at
-    least that many tokens.
-    """
-    use_human = (train_human is not None and test_human is not None and len(train_human["indices"]) >= 4
-                 and len(test_human["indices"]) >= 1)
-    primary = "human" if use_human else "model"
-    sets = {"trp": train_pos, "tp": test_pos, "trn": train_human if use_human else train_neg,
-            "tn_model": test_neg}
-    if test_human is not None and len(test_human["indices"]):
-        sets["tn_human"] = test_human
-    st = {k: _synthid_stats(t, num_layers, vocab_size, context_width) for k, t in sets.items()}
-    texts_neg = {"model": test_neg, "human": sets.get("tn_human")}
-    p_draft = detect.draft_fraction(train_pos["source"], np.asarray(st["trp"].mask))
-    cut_p, cut_n = (3 * len(t["indices"]) // 4 for t in (train_pos, sets["trn"]))
+def _fit_synthid(sets, stats, options):
+    """Bayes-Prior, Bayes-MLP and the Bayesian Oracle (App. D): trained on the first 3/4 of the training
+    split (positives and negatives), validated (early stopping, L2 choice) on the last 1/4."""
+    train_pos, train_neg = sets["trp"], sets["trn"]
+    p_draft = detect.draft_fraction(train_pos["source"], np.asarray(stats("trp").mask))
+    cut_p, cut_n = (3 * len(t["indices"]) // 4 for t in (train_pos, train_neg))
     part = {"train": (slice(0, cut_p), slice(0, cut_n)), "val": (slice(cut_p, None), slice(cut_n, None))}
     n_fit = cut_p + cut_n
-    tc = train_config or detect.TrainConfig(learning_rate=0.05, epochs=40, batch_size=min(64, n_fit),
-                                            patience=8, l2_grid=(0.0, 1e-2), seed=seed)
+    tc = options["train_config"] or detect.TrainConfig(learning_rate=0.05, epochs=40, batch_size=min(64, n_fit),
+                                                       patience=8, l2_grid=(0.0, 1e-2), seed=options["seed"])
     fitted = {}
     for label, mode in (("Bayes-Prior", "prior"), ("Bayes-MLP", "mlp"), ("Oracle", "oracle")):
-        cfg = detect.BayesConfig(mode=mode, num_layers=num_layers, draft_fraction=p_draft,
-                                 context_width=context_width, mixture=mixture)
+        cfg = detect.BayesConfig(mode=mode, num_layers=options["num_layers"], draft_fraction=p_draft,
+                                 context_width=options["context_width"], mixture=options["mixture"])
         splits = {}
         for name, (ip, ineg) in part.items():
             kw = {}
             if mode == "oracle":
-                kw = dict(positives_source=train_pos["source"][ip], negatives_source=sets["trn"]["source"][ineg])
-            splits[name] = detect.make_dataset(detect.take(st["trp"], ip), detect.take(st["trn"], ineg), **kw)
+                kw = dict(positives_source=train_pos["source"][ip], negatives_source=train_neg["source"][ineg])
+            splits[name] = detect.make_dataset(detect.take(stats("trp"), ip), detect.take(stats("trn"), ineg), **kw)
         fitted[label], _ = detect.train_bayes(cfg, splits["train"], splits["val"], tc)
-    _save(save_dir, "synthid", fitted)
-    detectors = complete_set("synthid", fitted, st["trp"].provenance)
+    return fitted, {"num_layers": options["num_layers"], "mixture": options["mixture"], "draft_fraction": p_draft,
+                    "chosen_l2": {k: d.info.get("l2") for k, d in fitted.items()}}
 
-    def score_all(texts, stats):
-        out = score_set(detectors, stats, texts, seed + 1)
+
+FAMILIES = {
+    "gumbel": Family("gumbel", _gumbel_stats, _fit_gumbel, negatives_from_human=False),
+    "synthid": Family("synthid", _synthid_stats, _fit_synthid, negatives_from_human=True),
+}
+"""decoder -> :class:`Family` (Gumbel-max: Fig. 2 middle; SynthID: Fig. 2 right)."""
+
+
+# ---------------------------------------------------------------------------
+# The protocol (Fig. 2, Fig. 5)
+# ---------------------------------------------------------------------------
+
+
+def _count(texts) -> int:
+    return 0 if texts is None else len(texts["indices"])
+
+
+def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: int, vocab_size: int,
+             context_width: int, num_layers: int = 4, seed: int = 0, num_resamples: int = 1000,
+             train_config=None, mixture: str = "layer", save_dir: Optional[str] = None) -> dict:
+    """TPR at 1 % FPR vs length, ROC and FPR of one decoder's detectors (Fig. 2, Fig. 5; module doc).
+
+    Args:
+      decoder: a key of :data:`FAMILIES`.
+      texts: :func:`texts_from_records` / :func:`texts_from_human` dicts —
+        ``ptr``, ``pte`` (Alg. 1 texts, train / test), ``ntr``, ``nte``
+        (the model's unwatermarked texts), ``htr``, ``hte`` (human texts or
+        None) — as :func:`wmspec_jax.lab.detection_texts` returns them.
+      lengths: token lengths of the TPR curve (kept where every watermarked
+        test text is that long); ``roc_length``: length of the ROC curves
+        (cut to the shortest watermarked test text, and shorter still until
+        some threshold negatives reach it).
+      num_layers, train_config, mixture: SynthID's m, the Bayesian detectors'
+        training and ``BayesConfig.mixture`` (``"layer"``: the paper's Eq. (17)).
+      save_dir: if given, the fitted detectors are saved there (key-free).
+
+    Every detector follows its threshold rule (:func:`tpr_estimate`): calibrated
+    ones flag p ≤ 0.01; the others are thresholded at 1 % FPR on the *threshold
+    negatives* of each length — the test negatives of the primary set (human when
+    the family trains on human text and there are at least 4 / 1 training / test
+    human texts, else model) with at least that many tokens, pooled with the model
+    negatives of that length where fewer than :data:`MIN_THRESHOLD_NEGATIVES`
+    human texts are that long. The ROC compares the watermarked test texts with
+    the threshold negatives. The FPR is reported on each set of negatives at the
+    ROC length: a calibrated detector is scored on every text (truncated there:
+    its p-values hold at any length), the others on the texts that long.
+    """
+    family = FAMILIES[decoder]
+    options = dict(vocab_size=vocab_size, context_width=context_width, num_layers=num_layers, seed=seed,
+                   train_config=train_config, mixture=mixture)
+    use_human = family.negatives_from_human and _count(texts.get("htr")) >= 4 and _count(texts.get("hte")) >= 1
+    primary = "human" if use_human else "model"
+    sets = {"trp": texts["ptr"], "tp": texts["pte"], "trn": texts["htr"] if use_human else texts["ntr"],
+            "tn_model": texts["nte"]}
+    if _count(texts.get("hte")):
+        sets["tn_human"] = texts["hte"]
+
+    @functools.lru_cache(maxsize=None)
+    def stats(name: str):
+        return family.statistics(sets[name], options)
+
+    fitted, info = family.fit(sets, stats, options)
+    _save(save_dir, decoder, fitted)
+    detectors = complete_set(decoder, fitted, stats("trp").provenance)
+    calibrated = {k: bool(d.calibrated) for k, d in detectors.items()}
+
+    def score_all(part: dict, part_stats) -> dict:
+        out = score_set(detectors, part_stats, part, seed + 1)
         return {k: np.asarray(detect.decision_scores(v)) for k, v in out.items()}
 
     @functools.lru_cache(maxsize=None)  # the curves, the ROC and the FPR ask for the same (set, length)
-    def negatives_at(which: str, length: int):
-        """(scores per detector, count) of the negatives of a set with >= length tokens, truncated there."""
-        texts, stats = texts_neg[which], st[f"tn_{which}"]
-        rows = _long_enough(texts, length)
+    def negatives_at(which: str, length: int, every: bool = False):
+        """(scores per detector, count) of a set's test negatives truncated at ``length``: those with at
+        least that many tokens, or ``every`` text."""
+        if f"tn_{which}" not in sets:
+            return {}, 0
+        part = sets[f"tn_{which}"]
+        rows = np.arange(_count(part)) if every else _long_enough(part, length)
         if rows.size == 0:
             return {}, 0
-        return (score_all({"source": texts["source"][rows], "indices": texts["indices"][rows]},
-                          detect.truncate(detect.take(stats, rows), length)), rows.size)
+        return (score_all({"source": part["source"][rows], "indices": part["indices"][rows]},
+                          detect.truncate(detect.take(stats(f"tn_{which}"), rows), length)), rows.size)
 
     def threshold_negatives(length: int):
-        """(scores per detector, {set: count}) of the negatives that set the threshold at ``length``:
-        the primary set's; human ones pooled with the model ones where fewer than
-        MIN_THRESHOLD_NEGATIVES human texts are that long (module doc)."""
+        """(scores per detector, {set: count}) of the threshold negatives at ``length`` (above)."""
         neg, count = negatives_at(primary, length)
         used = {primary: count}
         if primary == "human" and count < MIN_THRESHOLD_NEGATIVES:
@@ -404,54 +458,48 @@ def evaluate_synthid(train_pos, train_neg, test_pos, test_neg, *, num_layers: in
                 neg = {k: np.concatenate([neg[k], extra[k]]) for k in neg}
         return neg, used
 
+    def scores_of(neg: dict, name: str) -> np.ndarray:  # no negatives: an empty array
+        return neg.get(name, np.zeros(0))
+
     rng = jax.random.key(seed)
-    shortest = int(np.min(test_pos["lengths"] - test_pos["starts"]))
-    grid = [x for x in lengths if x <= shortest]
+    test_pos = texts["pte"]
+    grid = _lengths_available(test_pos, lengths)
     curves, counts = {}, []
     for i, length in enumerate(grid):
-        pos = score_all(test_pos, detect.truncate(st["tp"], length))
+        pos = score_all(test_pos, detect.truncate(stats("tp"), length))
         neg, used = threshold_negatives(length)
         counts.append(used)
         for name in pos:
-            rng_i = jax.random.fold_in(rng, 100 + i)
-            if detectors[name].calibrated:  # the mean test: p <= 0.01, as its FPR below and the Gumbel-max detectors
-                est = metrics.bootstrap_tpr_at_alpha(-pos[name], ALPHA, rng_i, num_resamples=num_resamples)
-            elif sum(used.values()) == 0:
-                est = None
-            else:
-                est = metrics.bootstrap_tpr_at_fpr(pos[name], neg[name], ALPHA, rng_i, num_resamples=num_resamples)
+            est = tpr_estimate(calibrated[name], pos[name], scores_of(neg, name), jax.random.fold_in(rng, 100 + i),
+                               num_resamples=num_resamples)
             curves.setdefault(name, []).append(_estimate(est) if est is not None else
                                                {"value": float("nan"), "lower": float("nan"), "upper": float("nan")})
-    roc_len = min(roc_length, shortest)
+    roc_len = min(roc_length, int(np.min(test_pos["lengths"] - test_pos["starts"])))
     neg, used = threshold_negatives(roc_len)
     while roc_len > 1 and sum(used.values()) == 0:
         roc_len -= 1  # human texts can be short: the ROC uses a length some negatives reach
         neg, used = threshold_negatives(roc_len)
-    pos = score_all(test_pos, detect.truncate(st["tp"], roc_len))
-    roc = {name: _roc(pos[name], neg[name]) for name in pos}
+    pos = score_all(test_pos, detect.truncate(stats("tp"), roc_len))
+    roc = {name: _roc(pos[name], scores_of(neg, name)) for name in pos}
     fpr = {}
     for which in ("model", "human"):
-        if texts_neg[which] is None:
+        if f"tn_{which}" not in sets:
             continue
-        other, count = negatives_at(which, roc_len)
         fpr[which] = {}
         for name in pos:
+            other, count = negatives_at(which, roc_len, every=calibrated[name])
             if count == 0:  # none of this set reaches the ROC length (the pooled negatives do)
-                flags = np.zeros(0, bool)
-            elif detectors[name].calibrated:  # p <= 0.01
-                flags = other[name] >= -np.log(ALPHA)
+                fpr[which][name] = _fpr_estimate(np.zeros(0, bool))
             else:
-                _, threshold = metrics.tpr_at_fpr(pos[name], neg[name], ALPHA)
-                flags = other[name] > threshold
-            fpr[which][name] = _fpr_estimate(flags)
-    return {"decoder": "synthid", "num_layers": num_layers, "mixture": mixture, "lengths": grid, "tpr": curves,
+                fpr[which][name] = _fpr_estimate(flagged(calibrated[name], other[name], scores_of(neg, name)))
+    rule = "calibrated detectors: p <= 0.01 (exact null)"
+    if not all(calibrated.values()):
+        rule = (f"{', '.join(k for k, c in calibrated.items() if not c)}: 1% FPR on the {primary} test negatives "
+                f"with at least that many tokens"
+                + (f", pooled with the model negatives where fewer than {MIN_THRESHOLD_NEGATIVES} are"
+                   if primary == "human" else "") + "; " + rule)
+    return {"decoder": decoder, **info, "lengths": grid, "tpr": curves, "calibrated": calibrated,
             "negatives": primary, "negatives_per_length": [sum(c.values()) for c in counts],
-            "threshold_negatives_per_length": counts, "roc_length": roc_len, "roc": roc,
-            "fpr_at_threshold": fpr, "draft_fraction": p_draft,
-            "threshold": (f"Bayes-* and Oracle: 1% FPR on the {primary} test negatives with at least that many tokens"
-                          + (f", pooled with the model negatives where fewer than {MIN_THRESHOLD_NEGATIVES} are"
-                             if primary == "human" else "") + "; mean: p <= 0.01 (exact null)"),
-            "chosen_l2": {k: d.info.get("l2") for k, d in fitted.items()},
-            "train_texts": len(train_pos["indices"]), "test_texts": len(test_pos["indices"]),
-            "test_negatives": len(test_neg["indices"]),
-            "test_human_negatives": 0 if test_human is None else len(test_human["indices"])}
+            "threshold_negatives_per_length": counts, "roc_length": roc_len, "roc": roc, "fpr": fpr,
+            "threshold": rule, "train_texts": _count(texts["ptr"]), "test_texts": _count(test_pos),
+            "test_negatives": _count(texts["nte"]), "test_human_negatives": _count(texts.get("hte"))}

@@ -204,7 +204,7 @@ def score_cell(decoder: str, detectors: dict, sets: dict, negatives: dict, *, vo
     out = {"fpr": {}, "sets": {}}
     for label, sc in neg_scores.items():
         if detectors[label].calibrated:
-            flags_ = np.asarray(sc.log_pvalue) <= np.log(ALPHA)
+            flags_ = evaluation.flagged(True, np.asarray(detect.decision_scores(sc)), None)
             out["fpr"][label] = _estimate(metrics.clopper_pearson(int(flags_.sum()), flags_.size))
     for k, (set_name, texts) in enumerate(sets.items()):
         stats = _statistics(decoder, texts, vocab_size, num_layers)
@@ -215,13 +215,9 @@ def score_cell(decoder: str, detectors: dict, sets: dict, negatives: dict, *, vo
             pos_d = np.asarray(detect.decision_scores(sc), np.float64)
             neg_d = np.asarray(detect.decision_scores(neg_scores[label]), np.float64)
             pos_d, neg_d = np.nan_to_num(pos_d, nan=0.0), np.nan_to_num(neg_d, nan=0.0)  # no token scored: no evidence
-            if detectors[label].calibrated:
-                lp = np.asarray(sc.log_pvalue)
-                est = metrics.bootstrap_tpr_at_alpha(lp, ALPHA, key, num_resamples=num_resamples)
-                flagged = lp <= np.log(ALPHA)
-            else:
-                est = metrics.bootstrap_tpr_at_fpr(pos_d, neg_d, ALPHA, key, num_resamples=num_resamples)
-                flagged = pos_d > metrics.tpr_at_fpr(pos_d, neg_d, ALPHA)[1]
+            calibrated = detectors[label].calibrated
+            est = evaluation.tpr_estimate(calibrated, pos_d, neg_d, key, num_resamples=num_resamples)
+            flagged = evaluation.flagged(calibrated, pos_d, neg_d)
             res["tpr"][label] = _estimate(est)
             res["auc"][label] = _estimate(metrics.bootstrap_auc(pos_d, neg_d, jax.random.fold_in(key, 1),
                                                                 num_resamples=num_auc_resamples))

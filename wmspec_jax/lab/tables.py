@@ -35,17 +35,13 @@ def detection_markdown(out: dict) -> str:
     blocks = []
     for dec in (GUMBEL, SYNTHID):
         res = out[dec]
-        if dec == GUMBEL:
-            head = "Gumbel-max"
-            how = "threshold p <= 0.01 (exact null)"
-            fpr = res["fpr_at_alpha"]
-        else:
-            head = f"SynthID (m={res['num_layers']}, {res['mixture']} mixture)"
-            used = res.get("threshold_negatives_per_length") or [{res["negatives"]: n}
-                                                                   for n in res["negatives_per_length"]]
-            how = (f"threshold: {res['threshold']} (negatives per length: "
-                   + ", ".join(" + ".join(f"{n} {k}" for k, n in u.items()) for u in used) + ")")
-            fpr = res["fpr_at_threshold"]
+        head = ("Gumbel-max" if dec == GUMBEL else
+                f"SynthID (m={res['num_layers']}, {res['mixture']} mixture)")
+        how = f"threshold: {res['threshold']}"
+        if not all(res["calibrated"].values()):
+            how += (" (negatives per length: " + ", ".join(" + ".join(f"{n} {k}" for k, n in u.items())
+                                                             for u in res["threshold_negatives_per_length"]) + ")")
+        fpr = res["fpr"]
         lines = [f"**{head}**, T = {res['temperature']:g}: {res['test_texts']} watermarked test texts, "
                  f"{res['test_negatives']} unwatermarked model texts, {res['test_human_negatives']} human texts; "
                  f"{how}", "", "| detector | " + " | ".join(f"{n} tokens" for n in res["lengths"]) +
