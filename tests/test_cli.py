@@ -289,3 +289,29 @@ def test_python_m_wmspec_jax_cli_detect(generated, secret_file):
     assert len(res) == NUM_TEXTS and SECRET not in proc.stdout + proc.stderr
     rc, stdout, _ = call(cli_detect, ["--help"])  # the same code path as the module's, without a second process
     assert rc == 0 and "--detector" in stdout and "ars-prior" in stdout
+
+
+def test_multi_draft_answers_are_detected_over_their_sibling_streams(tmp_path, secret_file):
+    """--num_drafts lines carry their draft tree and each token's sibling; wmspec-detect searches the sibling
+    streams (key-only), and a --siblings that contradicts a line is an error, not a quiet weaker test."""
+    prompts = data.load_prompt_set("builtin-eli5").take(6, seed=2).prompts
+    (tmp_path / "prompts.txt").write_text("\n".join(" ".join(p.split()) for p in prompts) + "\n")
+    out = tmp_path / "out.jsonl"
+    rc, _, err = call(cli_generate, [str(tmp_path / "prompts.txt"), f"--output={out}", "--max_new_tokens=48",
+                                     "--batch_size=6", "--num_drafts=3", f"--secret_file={secret_file}"])
+    assert rc == 0, err
+    recs = lines(out.read_text())
+    assert all(r["draft_tree"] == [3, 1, 1] and r["distinct_drafts"] is False for r in recs)
+    assert all(len(r["candidate"]) == len(r["tokens"]) and set(r["candidate"]) <= {0, 1, 2} for r in recs)
+    assert any(c > 0 for r in recs for c in r["candidate"])  # siblings 1 and 2 were accepted somewhere
+    rc, stdout, err = call(cli_detect, [str(out), f"--secret_file={secret_file}", "--format=json"])
+    assert rc == 0, err
+    res = lines(stdout)
+    assert all(r["provenance"]["siblings"] == 3 for r in res)
+    log10 = np.array([r["log10_pvalue"] for r in res if r["num_scored"] >= 32])
+    assert len(log10) >= 3 and np.median(log10) < -3, log10
+    rc, _, err = call(cli_detect, [str(out), f"--secret_file={secret_file}", "--siblings=1"])
+    assert rc == 2 and "draft_tree" in err and "--siblings=1" in err
+    rc, _, err = call(cli_generate, [str(tmp_path / "prompts.txt"), "--draft_tree=3x2", "--lookahead=3",
+                                     f"--secret_file={secret_file}"])
+    assert rc == 2 and "--draft_tree" in err

@@ -62,6 +62,9 @@ class GeneratedText:
         distribution that was not one-hot (0 for unwatermarked methods and at
         temperature 0).
       stopped: ``"eos"`` (the last token is a stop id) or ``"length"``.
+      candidate: per generated token, the sibling it was drawn from under
+        multi-draft sampling (``GenerationResult.candidate``; what the Oracle
+        detectors need); empty for one chain.
     """
 
     index: int
@@ -72,6 +75,7 @@ class GeneratedText:
     logppl: float
     watermarked_tokens: int
     stopped: str
+    candidate: tuple = ()
 
     @property
     def aatps(self) -> float:
@@ -86,10 +90,13 @@ class GeneratedText:
         return float(np.mean(np.asarray(self.source) == sources.SOURCE_DRAFT))
 
     def record(self) -> dict:
-        """The JSON fields of the text (:data:`FIELDS`)."""
-        return {"index": self.index, "prompt_length": self.prompt_length, "tokens": list(self.tokens),
-                "source": list(self.source), "num_steps": self.num_steps, "aatps": self.aatps,
-                "logppl": self.logppl, "watermarked_tokens": self.watermarked_tokens, "stopped": self.stopped}
+        """The JSON fields of the text (:data:`FIELDS`; ``candidate`` too for a multi-draft text)."""
+        rec = {"index": self.index, "prompt_length": self.prompt_length, "tokens": list(self.tokens),
+               "source": list(self.source), "num_steps": self.num_steps, "aatps": self.aatps,
+               "logppl": self.logppl, "watermarked_tokens": self.watermarked_tokens, "stopped": self.stopped}
+        if self.candidate:
+            rec["candidate"] = list(self.candidate)
+        return rec
 
     @classmethod
     def from_record(cls, rec: dict) -> "GeneratedText":
@@ -109,10 +116,16 @@ class GeneratedText:
         stopped = rec.get("stopped", "length")
         if stopped not in STOPPED:
             raise ValueError(f"record {rec.get('id', rec.get('index'))!r}: stopped must be one of {STOPPED}")
+        candidate = rec.get("candidate") or []
+        if not isinstance(candidate, list) or (candidate and len(candidate) != len(tokens)) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in candidate):
+            raise ValueError(f"record {rec.get('id', rec.get('index'))!r}: candidate must be a list of one "
+                             "sibling index >= 0 per token")
         return cls(index=need("index", int), prompt_length=need("prompt_length", int),
                    tokens=tuple(int(t) for t in tokens), source=tuple(int(s) for s in source),
                    num_steps=need("num_steps", int), logppl=float(need("logppl", (int, float))),
-                   watermarked_tokens=int(rec.get("watermarked_tokens", 0)), stopped=stopped)
+                   watermarked_tokens=int(rec.get("watermarked_tokens", 0)), stopped=stopped,
+                   candidate=tuple(candidate))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,10 +157,11 @@ def host_array(x) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
-def _texts(res, indices: Sequence[int], stop_ids) -> list:
+def _texts(res, indices: Sequence[int], stop_ids, multi_draft: bool = False) -> list:
     tokens, source, plen, length, steps, logprob, marked = (host_array(x) for x in (
         res.tokens, res.source, res.prompt_lengths, res.lengths, res.num_steps, res.target_logprob, res.watermarked))
     ppl = res._replace(target_logprob=logprob, prompt_lengths=plen, lengths=length).log_perplexity()
+    candidate = host_array(res.candidate) if multi_draft else None
     stops = set(int(s) for s in stop_ids)
     texts = []
     for row, i in enumerate(indices):
@@ -156,7 +170,8 @@ def _texts(res, indices: Sequence[int], stop_ids) -> list:
         texts.append(GeneratedText(
             index=int(i), prompt_length=p, tokens=gen, source=tuple(int(s) for s in source[row, p:e]),
             num_steps=int(steps[row]), logppl=float(ppl[row]), watermarked_tokens=int(np.sum(marked[row, p:e])),
-            stopped="eos" if gen and gen[-1] in stops else "length"))
+            stopped="eos" if gen and gen[-1] in stops else "length",
+            candidate=() if candidate is None else tuple(int(c) for c in candidate[row, p:e])))
     return texts
 
 
@@ -231,6 +246,6 @@ def generate_in_batches(
         seconds = time.perf_counter() - t0
         local_rows = set(sharding.local_rows(res.lengths)[0].tolist())
         new_tokens = int(np.sum(host_array(res.lengths) - host_array(res.prompt_lengths)))
-        yield Batch(texts=tuple(_texts(res, idx, config.stop_ids)),
+        yield Batch(texts=tuple(_texts(res, idx, config.stop_ids, config.draft_tree is not None)),
                     local=tuple(row in local_rows for row in range(len(idx))),
                     seconds=seconds, new_tokens=new_tokens, rows=batch_size)

@@ -26,6 +26,10 @@ def test_statistics_record_settings_and_key_fingerprint(texts):
     k = keys.text_keys(SECRET, range(6), run="r")
     st = det.gumbel_statistics(texts, k, vocab_size=V, context_width=3)
     assert st.provenance == det.Provenance("gumbel", 0, 3, prf.PRF_VERSION, SECRET.fingerprint, keys.KEY_DERIVATION)
+    assert det.gumbel_statistics(texts, k, vocab_size=V, siblings=2).provenance.siblings == 2
+    # a provenance saved before multi-draft statistics existed is one chain's
+    old = {k_: v for k_, v in st.provenance.to_dict().items() if k_ != "siblings"}
+    assert det.Provenance.from_dict(old) == st.provenance and st.provenance.siblings == 1
     sy = det.synthid_statistics(texts, k, 5, vocab_size=V)
     assert (sy.provenance.decoder, sy.provenance.num_layers, sy.provenance.context_width) == ("synthid", 5, 4)
     # kept through take / truncate / concat; jitted code sees arrays only (one compilation for any key)
@@ -46,6 +50,7 @@ def test_scoring_refuses_statistics_of_other_settings_or_keys(texts):
         "context_width": det.gumbel_statistics(texts, k, vocab_size=V, context_width=3),
         "another secret": det.gumbel_statistics(texts, keys.text_keys("other", range(6)), vocab_size=V),
         "key_derivation": det.gumbel_statistics(texts, SECRET, vocab_size=V),
+        "siblings": det.gumbel_statistics(texts, k, vocab_size=V, siblings=3),  # multi-draft texts
     }
     for d in detectors:
         det.score(d, st, rng=jax.random.key(0))

@@ -36,6 +36,13 @@ without them: a decoded text does not always re-tokenise to the same ids);
 its ``draft_fraction`` is Ars-Prior's p unless ``--draft_fraction`` is given.
 The tokenizer must be the generator's (``--tokenizer``).
 
+**Multi-draft texts** (``wmspec-generate --num_drafts`` / ``--draft_tree``):
+an accepted draft token came from one of a node's sibling streams, so the
+draft statistic of a Gumbel-family text is (max_c y^D_c)^n over the n
+siblings (the line's ``draft_tree``: its largest branching factor; else
+``--siblings``), exactly uniform under H0 (``docs/multidraft.md``). SynthID
+lines are scored on the sibling-0 stream (exact, weaker).
+
 **Which detector** (``--detector``, a comma-separated list of registry names
 or saved detector files; the first is the primary): ``auto`` is the best
 key-only detector of the decoder (:data:`wmspec_jax.detect.DEFAULTS`:
@@ -104,6 +111,9 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "from --decoder", flag_values=fv)
     flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
                          lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("siblings", 1, "multi-draft texts: the most children of a node of the generator's draft "
+                         "tree (a line's draft_tree gives it); the draft statistic searches that many sibling "
+                         "streams", lower_bound=1, flag_values=fv)
     flags.DEFINE_list("detector", ["auto"], "comma-separated registry names (see --help) or saved detector files "
                       "(.npz); 'auto': the decoder's default", flag_values=fv)
     flags.DEFINE_float("tau", None, "τ of --detector=ars-tau (default 0.5; a saved Ars-τ has its fitted τ)",
@@ -156,6 +166,7 @@ class Item:
     draft_fraction: Optional[float] = None
     draft_decoder: Optional[str] = None
     kgw_gamma: Optional[float] = None
+    siblings: int = 1
     result: Optional[dict] = None
 
     @property
@@ -165,7 +176,7 @@ class Item:
     @property
     def group(self) -> tuple:
         return (self.decoder, self.num_layers, self.context_width, self.derivation, self.draft_fraction,
-                self.draft_decoder, self.kgw_gamma)
+                self.draft_decoder, self.kgw_gamma, self.siblings)
 
 
 def _record_int(record: dict, name: str, where: str, low: int, high: int) -> Optional[int]:
@@ -227,6 +238,30 @@ def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
                          "on every token")
     return decoder, decoders.WatermarkDecoder.from_name(decoder, chosen["synthid_layers"]).num_layers, \
         chosen["context_width"], draft
+
+
+def _siblings_of(fv, record: dict, where: str, decoder: str, default: int) -> int:
+    """The sibling streams a line's draft statistic searches: the most children of a node of its
+    ``draft_tree`` > ``--siblings`` > a saved detector's; 1 for SynthID (its statistics score the
+    sibling-0 stream: exact, and weaker on multi-draft texts)."""
+    from wmspec_jax import decoders
+
+    tree = record.get("draft_tree")
+    recorded = None
+    if tree is not None:
+        if not isinstance(tree, list) or not tree or not all(
+                isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 256 for b in tree):
+            raise InputError(f"{where}: field 'draft_tree' must be a list of children per depth (ints in [1, 256]), "
+                             f"got {str(tree)[:40]}")
+        recorded = max(tree)
+    if fv["siblings"].present:
+        if recorded is not None and recorded != fv.siblings:
+            _conflict(fv, where, f"draft_tree={tree} (siblings={recorded})", recorded,
+                      f"--siblings={fv.siblings} was given")
+        chosen = fv.siblings
+    else:
+        chosen = default if recorded is None else recorded
+    return 1 if decoders.WatermarkDecoder.from_name(decoder).family == decoders.SYNTHID else chosen
 
 
 def _check_provenance(fv, record: dict, where: str, secret) -> None:
@@ -459,8 +494,8 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     from wmspec_jax import decoders, detect
     from wmspec_jax.detect.provenance import Provenance
 
-    decoder, m, h, derivation, draft_fraction, draft_decoder, kgw_gamma = items[0].group
-    settings = Provenance(decoder, m, h, draft_decoder=draft_decoder)
+    decoder, m, h, derivation, draft_fraction, draft_decoder, kgw_gamma, siblings = items[0].group
+    settings = Provenance(decoder, m, h, draft_decoder=draft_decoder, siblings=siblings)
     detectors = [(spec, d) for spec in specs
                  if (d := _build(fv, spec, decoder, settings, draft_fraction, kgw_gamma)) is not None]
     if not detectors:
@@ -471,7 +506,7 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     for it in items:
         if len(it.ids) <= h:  # no position has a full context: nothing to score
             it.result = _empty_result(fv, detectors, it,
-                                      _statistics_provenance(secret, it, decoder, m, h, draft_decoder))
+                                      _statistics_provenance(secret, it, decoder, m, h, draft_decoder, siblings))
     order = sorted(scorable, key=lambda it: len(it.ids))
     for start in range(0, len(order), fv.batch_size):
         chunk = order[start:start + fv.batch_size]
@@ -484,7 +519,8 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
         stats = detect.statistics(decoders.WatermarkDecoder.from_name(decoder, max(m, 1)), tokens, key,
                                   vocab_size=vocab, lengths=lengths, context_width=h,
                                   draft_decoder=None if draft_decoder is None else
-                                  decoders.WatermarkDecoder.from_name(draft_decoder))
+                                  decoders.WatermarkDecoder.from_name(draft_decoder),
+                                  **({"siblings": siblings} if siblings > 1 else {}))
         ids = [zlib.crc32(np.asarray(it.ids, np.int32).tobytes()) for it in chunk]
         rngs = detect.text_rngs(fv.seed, ids)
         per_detector = []
@@ -507,10 +543,10 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
             it.result = _line(it, results, stats.provenance)
 
 
-def _statistics_provenance(secret, it: Item, decoder, m, h, draft_decoder=None):
+def _statistics_provenance(secret, it: Item, decoder, m, h, draft_decoder=None, siblings: int = 1):
     from wmspec_jax.detect.provenance import Provenance
 
-    return Provenance(decoder, m, h, prf.PRF_VERSION, secret.fingerprint, it.derivation, draft_decoder)
+    return Provenance(decoder, m, h, prf.PRF_VERSION, secret.fingerprint, it.derivation, draft_decoder, siblings)
 
 
 def _empty_result(fv, detectors, it: Item, provenance) -> dict:
@@ -650,11 +686,12 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
     specs = parse_detectors(fv.detector)
     loaded = [s.loaded for s in specs if s.loaded is not None]
     defaults = {"decoder": fv.decoder, "synthid_layers": fv.synthid_layers, "context_width": fv.context_width,
-                "draft_decoder": fv.draft_decoder}
+                "draft_decoder": fv.draft_decoder, "siblings": fv.siblings}
     if loaded:  # the first saved detector supplies the settings no flag or line gives
         prov = loaded[0].provenance
         defaults = {"decoder": prov.decoder, "synthid_layers": prov.num_layers or fv.synthid_layers,
-                    "context_width": prov.context_width, "draft_decoder": prov.draft_decoder}
+                    "context_width": prov.context_width, "draft_decoder": prov.draft_decoder,
+                    "siblings": prov.siblings}
     tokenizer = load_tokenizer(fv.tokenizer)
     vocab = vocab_size(tokenizer)
     t_read = time.perf_counter()
@@ -678,7 +715,8 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
         decoder, m, h, draft = _settings_of(fv, x.record, x.where, defaults)
         run, index = _key_of(fv, x.record, x.where, number)
         items.append(Item(number, x.where, x.record, list(toks), offsets[number], decoder, m, h, run, index,
-                          _draft_fraction_of(fv, x.record, x.where), draft, _kgw_gamma_of(fv, x.record, x.where)))
+                          _draft_fraction_of(fv, x.record, x.where), draft, _kgw_gamma_of(fv, x.record, x.where),
+                          _siblings_of(fv, x.record, x.where, decoder, defaults["siblings"])))
     t_tok = time.perf_counter()
     groups: dict = {}
     for it in items:

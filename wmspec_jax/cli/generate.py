@@ -15,6 +15,11 @@ method (``--method``: ``pseudorandom`` = Alg. 1, ``basic``, ``dathathri``,
 ``hu``, ``standard``, ``plain``), decoder (``gumbel`` / ``synthid``, m),
 temperature, top-k and K are flags; the pair is ``builtin`` (SmolLM2-135M +
 its distilled draft, no download) or local Hugging Face checkpoints.
+``--num_drafts=n`` verifies n draft chains per step, ``--draft_tree=3x2x1`` a
+static draft tree (K = its depth), ``--distinct_drafts`` draws siblings
+without replacement (multi-draft sampling, ``docs/multidraft.md``); their
+lines carry ``draft_tree`` and each token's sibling (``candidate``), and
+``wmspec-detect`` scores them over the sibling streams.
 
 Each output line is one text: ``id``, ``run``, the fields of
 :class:`wmspec_jax.batching.GeneratedText` (``index``, the generated token ids
@@ -85,6 +90,12 @@ def define_flags(fv: flags.FlagValues) -> None:
                       flag_values=fv)
     flags.DEFINE_integer("lookahead", 3, "K drafts per step (speculative methods; 0 for basic / plain)",
                          lower_bound=0, flag_values=fv)
+    flags.DEFINE_integer("num_drafts", 1, "n draft chains of K tokens verified together per step (multi-draft "
+                         "sampling; speculative methods)", lower_bound=1, flag_values=fv)
+    flags.DEFINE_string("draft_tree", None, "a static draft tree: children per node at each depth, e.g. 3x2x1 "
+                        "(its depth is K; instead of --num_drafts)", flag_values=fv)
+    flags.DEFINE_bool("distinct_drafts", False, "draw the siblings of a node without replacement "
+                      "(--num_drafts / --draft_tree)", flag_values=fv)
     flags.DEFINE_enum("decoder", "gumbel", list(cli_flags.DECODER_NAMES), "watermark decoder (gamma_reweight: "
                       "DiPmark with alpha 1/2)", flag_values=fv)
     flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
@@ -148,15 +159,41 @@ def _draft_decoder(fv):
                                                fv.kgw_delta)
 
 
+def _draft_shape(fv) -> dict:
+    """``SpeculativeConfig`` keywords of --num_drafts / --draft_tree / --distinct_drafts ({} for one chain)."""
+    out = {}
+    if fv.num_drafts > 1:
+        out["num_drafts"] = fv.num_drafts
+    if fv.draft_tree is not None:
+        try:
+            out["draft_tree"] = tuple(int(b) for b in fv.draft_tree.replace(",", "x").lower().split("x"))
+        except ValueError:
+            raise InputError(f"--draft_tree={fv.draft_tree!r}: expected children per depth like 3x2x1") from None
+    if fv.distinct_drafts:
+        out["distinct_drafts"] = True
+    return out
+
+
+def _lookahead(fv) -> int:
+    """K: --lookahead, or the depth of --draft_tree (0 for a method that does not speculate)."""
+    from wmspec_jax import speculative
+
+    if not (speculative.METHODS[fv.method].speculative or fv["lookahead"].present):
+        return 0
+    shape = _draft_shape(fv)
+    if "draft_tree" in shape and not fv["lookahead"].present:
+        return len(shape["draft_tree"])
+    return fv.lookahead
+
+
 def _config(fv, pair):
     from wmspec_jax import speculative
 
-    method = speculative.METHODS[fv.method]
-    k = fv.lookahead if (method.speculative or fv["lookahead"].present) else 0
     return speculative.SpeculativeConfig(
-        method=fv.method, decoder=_decoder(fv), draft_decoder=_draft_decoder(fv), lookahead=k,
+        method=fv.method, decoder=_decoder(fv), draft_decoder=_draft_decoder(fv), lookahead=_lookahead(fv),
         max_new_tokens=fv.max_new_tokens, temperature=fv.temperature, top_k=fv.top_k or None,
-        context_width=fv.context_width, eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id)
+        context_width=fv.context_width, eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id,
+        **_draft_shape(fv))
 
 
 def _open_output(fv, run: str, stderr):
@@ -218,6 +255,8 @@ def _settings_record(fv, pair, secret, config) -> dict:
             "kgw_gamma": config.decoder.gamma if config.decoder.kind == "kgw" else None,
             "kgw_delta": config.decoder.delta if config.decoder.kind == "kgw" else None,
             "context_width": fv.context_width, "temperature": fv.temperature, "top_k": fv.top_k or None,
+            "draft_tree": None if config.draft_tree is None else list(config.draft_tree),
+            "distinct_drafts": config.distinct_drafts if config.draft_tree is not None else None,
             "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
             "tokenizer": fv.target, "seed": fv.seed,
             "key_fingerprint": None if secret is None else secret.fingerprint,
@@ -245,8 +284,9 @@ def _check_sizes(fv, num_texts: int) -> None:
     except ValueError as e:
         raise InputError(f"--temperature: {e}") from None
     method = speculative.METHODS[fv.method]
-    if method.speculative and fv.lookahead > min(fv.max_new_tokens, speculative.MAX_LOOKAHEAD):
-        raise InputError(f"--lookahead={fv.lookahead} exceeds --max_new_tokens={fv.max_new_tokens} or "
+    k = _lookahead(fv)
+    if method.speculative and k > min(fv.max_new_tokens, speculative.MAX_LOOKAHEAD):
+        raise InputError(f"--lookahead={k} exceeds --max_new_tokens={fv.max_new_tokens} or "
                          f"{speculative.MAX_LOOKAHEAD}: a step drafts K tokens one forward at a time")
     if fv.draft_decoder is not None and not method.watermark_draft:
         raise InputError(f"--draft_decoder: --method={fv.method} draws no watermarked draft token")
@@ -268,6 +308,12 @@ def _check_sizes(fv, num_texts: int) -> None:
     if fv.first_index + num_texts > MAX_INDEX:
         raise InputError(f"--first_index={fv.first_index}: text indices must stay below 2^32 "
                          f"({num_texts} texts)")
+    if _draft_shape(fv):
+        try:  # the draft shape's own rules (a speculative method, the tree's depth = K, no KGW), before loading
+            speculative.SpeculativeConfig(method=fv.method, decoder=_decoder(fv), lookahead=k,
+                                          max_new_tokens=fv.max_new_tokens, **_draft_shape(fv))
+        except (ValueError, TypeError) as e:
+            raise InputError(f"--num_drafts / --draft_tree / --distinct_drafts: {e}") from None
 
 
 def _report_repeated_prompts(fv, texts: Sequence[str], where: Sequence[str], stderr) -> None:

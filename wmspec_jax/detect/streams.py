@@ -304,11 +304,12 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, stat
 
 
 def statistics_provenance(key, decoder: str, num_layers: int = 0,
-                          context_width: int = prf.DEFAULT_CONTEXT_WIDTH, draft_decoder=None) -> Provenance:
+                          context_width: int = prf.DEFAULT_CONTEXT_WIDTH, draft_decoder=None,
+                          siblings: int = 1) -> Provenance:
     """The :class:`.provenance.Provenance` of statistics computed with ``key`` (fingerprint, never the key)."""
     fingerprint, derivation = keys_lib.key_provenance(key)
     return Provenance(decoder, int(num_layers), int(context_width), prf.PRF_VERSION, fingerprint, derivation,
-                      draft_decoder)
+                      draft_decoder, int(siblings))
 
 
 def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None,
@@ -365,7 +366,7 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
                                   width=int(context_width), num_layers=0, statistic=decoder.statistic,
                                   draft_statistic=draft_decoder.statistic, siblings=int(siblings),
                                   candidate=candidate)
-    prov = statistics_provenance(key, decoder.statistic, 0, context_width, draft_decoder.statistic)
+    prov = statistics_provenance(key, decoder.statistic, 0, context_width, draft_decoder.statistic, siblings)
     return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 
 
