@@ -32,6 +32,9 @@ FLAG_HELP = {
                             "not depend on it",
     "lookaheads": "K values of the speed table",
     "detect_lookahead": "K of the detection runs",
+    "draft_trees": "multi-draft shapes beyond the paper, each run next to one chain in the speed table (at every "
+                   "K for n chains, at its depth for a tree) and detected at --detect_lookahead: n (n chains), "
+                   "b1xb2x... (a static tree), a trailing d draws siblings without replacement; e.g. 3,3x2x1d",
     "gumbel_temperature": "temperature of the Gumbel-max runs (paper: 0.5)",
     "synthid_temperature": "temperature of the SynthID runs (paper: 0.7)",
     "synthid_layers": "SynthID tournament layers m (paper: 30)",
@@ -62,7 +65,7 @@ def define_flags(defaults: Settings = Settings(), *, required_defaults: bool = T
         value = getattr(defaults, field.name) if required_defaults else None
         help_ = FLAG_HELP[field.name]
         kw = dict(flag_values=fv)
-        if field.name in ("lookaheads", "tpr_lengths"):
+        if field.name in ("lookaheads", "tpr_lengths", "draft_trees"):
             flags.DEFINE_list(field.name, None if value is None else [str(v) for v in value], help_, **kw)
         elif field.type in ("int", "Optional[int]"):
             flags.DEFINE_integer(field.name, None if value is None else (value or 0), help_, **kw)
@@ -93,7 +96,9 @@ def settings_from_flags(base: Settings = Settings(), *, allow_demo_secret: bool 
         v = fv[field.name].value
         if v is None:
             continue
-        if field.name in ("lookaheads", "tpr_lengths"):
+        if field.name == "draft_trees":
+            v = tuple(x for x in v if x)
+        elif field.name in ("lookaheads", "tpr_lengths"):
             try:
                 v = tuple(int(x) for x in v)
             except ValueError:

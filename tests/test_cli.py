@@ -312,6 +312,3 @@ def test_multi_draft_answers_are_detected_over_their_sibling_streams(tmp_path, s
     assert len(log10) >= 3 and np.median(log10) < -3, log10
     rc, _, err = call(cli_detect, [str(out), f"--secret_file={secret_file}", "--siblings=1"])
     assert rc == 2 and "draft_tree" in err and "--siblings=1" in err
-    rc, _, err = call(cli_generate, [str(tmp_path / "prompts.txt"), "--draft_tree=3x2", "--lookahead=3",
-                                     f"--secret_file={secret_file}"])
-    assert rc == 2 and "--draft_tree" in err

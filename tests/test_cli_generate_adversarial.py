@@ -105,6 +105,10 @@ def test_a_method_without_a_watermark_needs_no_key_and_says_so(files, monkeypatc
     (["--method=basic", "--draft_decoder=gumbel"], "--method=basic draws no watermarked draft token"),
     (["--decoder=kgw", "--draft_decoder=gumbel"], "it takes no other decoder for the draft"),
     (["--decoder=kgw", "--kgw_gamma=1.5"], "--kgw_gamma=1.5 must lie in (0, 1)"),
+    (["--method=basic", "--num_drafts=3"], "does not speculate"),
+    (["--draft_tree=3x2", "--lookahead=3"], "has 2 depths; lookahead K is 3"),
+    (["--draft_tree=3xa"], "expected children per depth"),
+    (["--decoder=kgw", "--num_drafts=2"], "KGW"),
 ])
 def test_sizes_that_cannot_be_right_are_refused_before_any_model_loads(files, flags, message):
     _, key, prompts = files

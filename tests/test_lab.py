@@ -69,6 +69,18 @@ def test_run_spec_names_and_validation():
         runs.RunSpec("basic", "aar", 0, 0.5)
     assert runs.RunSpec("pseudorandom", "kgw", 3, 0.7).name == "pseudorandom-kgw_g0.25_d2-K3-T0.7"
     assert runs.RunSpec("basic", "gamma_reweight", 0, 0.7).watermark_decoder.alpha == 0.5
+    # multi-draft runs: the one-chain name is unchanged, a shape is named and validated (a tree's depth is K)
+    tree = runs.RunSpec("pseudorandom", "gumbel", 3, 0.7, drafts="3x2x1d")
+    assert tree.name == "pseudorandom-gumbel-K3-T0.7-D3x2x1d" and tree.siblings == 3
+    assert tree.config(8).draft_tree == (3, 2, 1) and tree.config(8).distinct_drafts
+    assert runs.RunSpec("standard", "gumbel", 2, 0.7, drafts="4").config(8).draft_tree == (4, 1)
+    with pytest.raises(ValueError, match="depth|lookahead"):
+        runs.RunSpec("pseudorandom", "gumbel", 2, 0.7, drafts="3x2x1")
+    with pytest.raises(ValueError, match="draft_trees"):
+        lab.Settings(target="toy", draft="toy", lookaheads=(2,), detect_lookahead=2, draft_trees=("3x2x1",))
+    with pytest.raises(ValueError, match="draft_trees"):
+        lab.Settings(target="toy", draft="toy", draft_trees=("1",))
+    assert lab.Settings(target="toy", draft="toy", lookaheads=(2, 3), draft_trees=["3", "2x2x1d"]).shapes_at(2) == ["3"]
 
 
 def test_runs_resume_and_do_not_depend_on_the_batch(tmp_path, toy_pair, prompts):
@@ -188,7 +200,7 @@ def test_detection_outputs_are_complete(pipeline_outputs):
         for name, curve in res["tpr"].items():
             assert len(curve) == len(res["lengths"])
             assert all(0 <= e["lower"] <= e["value"] <= e["upper"] <= 1 for e in curve if np.isfinite(e["value"]))
-            rows = [t for t in table if t["decoder"] == dec and t["detector"] == name]
+            rows = [t for t in table if t["decoder"] == dec and t["detector"] == name and t["drafts"] == "1"]
             assert [float(t["tpr"]) for t in rows] == pytest.approx([e["value"] for e in curve], nan_ok=True)
             assert 0 <= res["roc"][name]["auc"] <= 1
     # FPR on both sets of negatives: the built-in ELI5 stand-in has human answers
@@ -204,6 +216,7 @@ def test_detection_outputs_are_complete(pipeline_outputs):
         for rates in det[dec]["fpr"].values():
             assert all(0 <= r["flagged"] <= r["negatives"] for r in rates.values())
     assert "FPR on human" in lab.detection_markdown(det)
+    assert {t["drafts"] for t in table} == {"1"} and "multi_draft" not in det["gumbel"]
     for name in ("tpr_vs_length.png", "roc.png"):
         assert os.path.getsize(os.path.join(out, name)) > 10_000
     # the fitted detectors are saved, key-free, with the experiment's key fingerprint
@@ -213,6 +226,37 @@ def test_detection_outputs_are_complete(pipeline_outputs):
     for name in saved:
         d = detect.load_detector(os.path.join(out, "detectors", name))
         assert d.provenance.key_fingerprint == keys.Secret(SECRET).fingerprint
+
+
+def test_multi_draft_shapes_run_next_to_one_chain(tmp_path):
+    """--draft_trees: the speed table gets standard and Alg. 1 rows per shape (a tree only at its depth) and
+    the Alg. 1 check per shape; the detection experiment scores multi-draft Alg. 1 texts with one chain's
+    detectors over their sibling streams (exact p-values: the FPR on the negatives is reported)."""
+    s = lab.Settings(target="toy", draft="toy", num_prompts=4, num_detection_texts=8, num_detection_train=4,
+                     max_new_tokens=12, batch_size=4, lookaheads=(2, 3), detect_lookahead=2, draft_trees=("2d", "2x2x1"),
+                     synthid_layers=4, tpr_lengths=(4, 8), num_resamples=20, max_prompt_tokens=128, secret=SECRET)
+    names = [r.name for r in lab.speed_runs(s) if r.decoder == "gumbel"]
+    assert names == ["basic-gumbel-K0-T0.5"] + [f"{m}-gumbel-K{k}-T0.5{d}" for k, shapes in
+                                                ((2, ("", "-D2d")), (3, ("", "-D2d", "-D2x2x1")))
+                                                for d in shapes for m in ("standard", "pseudorandom")]
+    rows = [{"decoder": "gumbel", "lookahead": k, "method_id": m, "drafts": d, "run": f"{m}{k}{d}", "aatps": a,
+             "aatps_ci": 0.1, "logppl": 1.0, "logppl_ci": 0.1}
+            for (k, m, d, a) in ((0, "basic", "1", 1.0), (2, "standard", "1", 1.5), (2, "pseudorandom", "1", 1.52),
+                                 (2, "standard", "2d", 1.7), (2, "pseudorandom", "2d", 2.0))]
+    assert lab.speculative_checks(rows)["aatps_matches_standard"] == {"gumbel-K2": True, "gumbel-K2-D2d": False}
+    session = lab.Session(s, str(tmp_path))
+    t = lab.detection_texts(session, "gumbel")
+    assert list(t["multi"]) == ["2d"]  # the tree's depth is 3, not --detect_lookahead
+    multi = t["multi"]["2d"]
+    assert multi["siblings"] == 2 and multi["run"] == "pseudorandom-gumbel-K2-T0.5-D2d"
+    assert multi["candidate"].max() == 1 and multi["candidate"][multi["source"] != speculative.SOURCE_DRAFT].max() == 0
+    res = evaluation.evaluate("gumbel", t, lengths=s.tpr_lengths, roc_length=8, vocab_size=session.pair.vocab_size,
+                              context_width=4, num_resamples=20, multi_draft=t["multi"])
+    md = res["multi_draft"]["2d"]
+    assert md["searched"] and md["lengths"] == [4, 8] and {"Ars-tau", "Ars-Prior", "Oracle", "soft (ours)"} <= set(md["tpr"])
+    assert all(r["negatives"] == 4 for r in md["fpr_model"].values())
+    block = lab.tables._multi_draft_markdown("Gumbel-max", "2d", md)
+    assert "searches 2 sibling streams" in block and "FPR on model at 8" in block
 
 
 def test_detection_runs_use_their_batch_size_and_plain_negatives(pipeline_outputs):

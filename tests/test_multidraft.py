@@ -250,8 +250,8 @@ def feature_draft_probs(drafted, seq, feats):
     all positions in one forward)."""
     lm = drafted.language_model()
     prev = jax.numpy.pad(feats[:-1], ((1, 0), (0, 0)))[None]
-    logits, _, _ = lm.step(drafted.params, lm.init_cache(1, len(seq)), jax.numpy.asarray(seq)[None],
-                           np.array([len(seq)]), prev)
+    logits, _, _ = jax.jit(lm.step)(drafted.params, lm.init_cache(1, len(seq)), jax.numpy.asarray(seq)[None],
+                                    np.array([len(seq)]), prev)
     x = np.asarray(logits[0], np.float64)
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)

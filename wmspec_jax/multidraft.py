@@ -83,6 +83,14 @@ def parse_shape(text: str) -> dict:
     return {**out, "distinct_drafts": True} if distinct else out
 
 
+def max_siblings(shape: dict, lookahead: int) -> int:
+    """The most children of a node of a draft shape (:func:`parse_shape` keywords; 1 for one chain):
+    the sibling streams detection searches (``gumbel_statistics(siblings=...)``)."""
+    if "draft_tree" in shape:
+        return max(shape["draft_tree"])
+    return shape.get("num_drafts", 1) if lookahead > 0 else 1
+
+
 def num_paths(branching: tuple) -> int:
     return math.prod(branching)
 

@@ -41,16 +41,17 @@ SCRIPT = textwrap.dedent(
 
     mesh = sharding.make_mesh("data=2,model=2")
     report = {}
-    for name, draft in (("lora", lora), ("feature", feature)):
-        for method in ("standard", "pseudorandom"):
-            ref, ref_steps, _ = run(draft, method, None)
-            got, got_steps, placed = run(draft, method, mesh)
-            report[f"{name}/{method}"] = {
-                "same": bool(np.array_equal(ref, got) and np.array_equal(ref_steps, got_steps)),
-                "multi_token_steps": int((ref_steps > 1).sum()),
-                "head_rows": list(placed["head_rows"].shape),
-                "head_rows_shard": list(placed["head_rows"].addressable_shards[0].data.shape),
-            }
+    # one method per draft: the mesh path of the draft does not depend on the acceptance rule (the
+    # target-only mesh tests cover both methods)
+    for name, draft, method in (("lora", lora, "standard"), ("feature", feature, "pseudorandom")):
+        ref, ref_steps, _ = run(draft, method, None)
+        got, got_steps, placed = run(draft, method, mesh)
+        report[f"{name}/{method}"] = {
+            "same": bool(np.array_equal(ref, got) and np.array_equal(ref_steps, got_steps)),
+            "multi_token_steps": int((ref_steps > 1).sum()),
+            "head_rows": list(placed["head_rows"].shape),
+            "head_rows_shard": list(placed["head_rows"].addressable_shards[0].data.shape),
+        }
     print(json.dumps(report))
     """
 )
@@ -61,8 +62,7 @@ def four_device_report():
     return run_on_devices(SCRIPT, 4)
 
 
-@pytest.mark.parametrize("case", ["lora/standard", "lora/pseudorandom", "feature/standard",
-                                  "feature/pseudorandom"])
+@pytest.mark.parametrize("case", ["lora/standard", "feature/pseudorandom"])
 def test_drafts_on_a_mesh_give_the_one_device_tokens(four_device_report, case):
     """data=2, model=2: the same tokens and tokens per step as on one device; the head's
     kept rows are split over model (half per device)."""

@@ -46,12 +46,20 @@ def generate(method, prompts, lengths, lookahead, max_new, seed=3, temperature=1
                                 draft=fd.language_model(), draft_params=fd.params)
 
 
+@functools.lru_cache(maxsize=None)
+def jitted(which: str):
+    """The target's step_hidden, the draft's step and rewind, compiled (the checks call them per row)."""
+    target, fd = tiny_pair()
+    fn = {"target_step": target.language_model().step_hidden, "draft_step": fd.language_model().step,
+          "draft_rewind": fd.language_model().rewind}[which]
+    return jax.jit(fn)
+
+
 def target_pass(seq):
     """(P float64[T, V] next-token probabilities, hidden float32[T, D]) after each prefix of seq."""
     target, _ = tiny_pair()
-    lm = target.language_model()
-    cache = lm.init_cache(1, len(seq))
-    logits, hidden, _ = lm.step_hidden(target.params, cache, jnp.asarray(seq)[None], jnp.array([len(seq)]))
+    cache = target.language_model().init_cache(1, len(seq))
+    logits, hidden, _ = jitted("target_step")(target.params, cache, jnp.asarray(seq)[None], jnp.array([len(seq)]))
     return softmax(np.asarray(logits[0], np.float64)), hidden[0]
 
 
@@ -72,20 +80,26 @@ def test_output_law_is_the_targets_with_a_feature_draft(method):
     assert (first_steps == 1).mean() > 0.2 and (first_steps == 2).mean() > 0.2
 
 
-def draft_q(seq, feats, n, own):
+def draft_pass(seq, feats):
+    """The draft over all of seq with the target's features as inputs: (logits, hidden, cache)."""
+    _, fd = tiny_pair()
+    prev = jnp.pad(feats[:-1], ((1, 0), (0, 0)))[None]
+    return jitted("draft_step")(fd.params, fd.language_model().init_cache(1, len(seq)), jnp.asarray(seq)[None],
+                                jnp.array([len(seq)]), prev)
+
+
+def draft_q(seq, teacher_forced, n, own):
     """Q (float64[V]) of the draft for the token at index n of seq: the draft's output at
     position n - 1, whose input feature is the target's (own=False) or the draft's own
-    output at position n - 2 computed from the target's features (own=True)."""
+    output at position n - 2 computed from the target's features (own=True).
+    ``teacher_forced``: :func:`draft_pass` of seq."""
     _, fd = tiny_pair()
-    lm = fd.language_model()
-    prev = jnp.pad(feats[:-1], ((1, 0), (0, 0)))[None]
-    cache = lm.init_cache(1, len(seq))
-    logits, hidden, cache = lm.step(fd.params, cache, jnp.asarray(seq)[None], jnp.array([len(seq)]), prev)
+    logits, hidden, cache = teacher_forced
     if not own:
         return softmax(np.asarray(logits[0, n - 1], np.float64))
-    cache = lm.rewind(cache, jnp.array([n - 1]))
-    logits, _, _ = lm.step(fd.params, cache, jnp.asarray(seq[n - 1:n])[None], jnp.array([1]),
-                           hidden[:, n - 2:n - 1])
+    cache = jitted("draft_rewind")(cache, jnp.array([n - 1]))
+    logits, _, _ = jitted("draft_step")(fd.params, cache, jnp.asarray(seq[n - 1:n])[None], jnp.array([1]),
+                                        hidden[:, n - 2:n - 1])
     return softmax(np.asarray(logits[0, 0], np.float64))
 
 
@@ -100,13 +114,14 @@ def test_loop_proposals_use_the_targets_features_then_the_drafts_own():
         n_end = int(res.lengths[row])
         seq = np.asarray(res.tokens[row, :n_end])
         p, feats = target_pass(seq)
+        teacher_forced = draft_pass(seq, feats)
         n = int(lengths[row])
         for emitted in np.asarray(res.tokens_per_step[row]):
             for s in range(min(2, int(emitted))):  # drafts accepted in this step
                 pos = n + s
                 if pos >= n_end or int(res.source[row, pos]) != SOURCE_DRAFT:
                     continue
-                q = draft_q(seq, feats, pos, own=s == 1)
+                q = draft_q(seq, teacher_forced, pos, own=s == 1)
                 want = min(1.0, p[pos - 1, seq[pos]] / q[seq[pos]])
                 np.testing.assert_allclose(float(res.accept_prob[row, pos]), want, rtol=2e-4, atol=2e-5,
                                            err_msg=f"row {row}, position {pos} (draft {s + 1} of its step)")

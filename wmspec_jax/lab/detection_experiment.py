@@ -9,6 +9,7 @@ Outputs under the session's directory: ``detection.json`` / ``.csv``,
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -34,7 +35,7 @@ def detection_runs(s: Settings, decoder: str) -> tuple:
             runs.RunSpec("plain", decoder, 0, t, s.synthid_layers))
 
 
-def detection_texts(session: Session, decoder: str) -> dict:
+def detection_texts(session: Session, decoder: str, multi_draft: bool = True) -> dict:
     """The detection experiment's texts of one decoder (generated where missing).
 
     Returns:
@@ -43,7 +44,10 @@ def detection_texts(session: Session, decoder: str) -> dict:
       texts train), ``ntr``, ``nte`` (plain sampling from the target),
       ``htr``, ``hte`` (human answers of the same prompts, or None) — every
       text keyed with the positive run's key of its index; plus ``runs``
-      (positive, negative :class:`RunSpec`).
+      (positive, negative :class:`RunSpec`) and ``multi``: draft shape ->
+      the test part of Alg. 1 with that shape (the ``draft_trees`` that apply
+      at K = ``detect_lookahead``), keyed with its own run's keys, with
+      ``siblings`` and ``run`` (empty with ``multi_draft=False``).
     """
     s = session.settings
     pos_run, neg_run = detection_runs(s, decoder)
@@ -55,7 +59,14 @@ def detection_texts(session: Session, decoder: str) -> dict:
         return evaluation.texts_from_records(recs, session.prompts,
                                              session.keys_for(pos_run, [r["index"] for r in recs]))
 
-    t = {"ptr": texts(ptr), "pte": texts(pte), "ntr": texts(ntr), "nte": texts(nte), "runs": (pos_run, neg_run)}
+    t = {"ptr": texts(ptr), "pte": texts(pte), "ntr": texts(ntr), "nte": texts(nte), "runs": (pos_run, neg_run),
+         "multi": {}}
+    for shape in s.shapes_at(s.detect_lookahead) if multi_draft else []:
+        run = dataclasses.replace(pos_run, drafts=shape)
+        _, test = evaluation.split_train_test(session.records(run, s.num_detection_texts, s.detection_rows),
+                                              s.num_detection_train)
+        part = evaluation.texts_from_records(test, session.prompts, session.keys_for(run, [r["index"] for r in test]))
+        t["multi"][shape] = {**part, "siblings": run.siblings, "run": run.name}
     p_draft = detect.draft_fraction(t["ptr"]["source"], t["ptr"]["source"] >= 0)
     rng = jax.random.key(s.seed + 7)
     human_ids = session.human_token_ids(s.num_detection_texts)
@@ -82,16 +93,20 @@ def run_detection(session: Session) -> dict:
         res = evaluation.evaluate(dec, t, lengths=s.tpr_lengths, vocab_size=pair.vocab_size,
                                   context_width=prf.DEFAULT_CONTEXT_WIDTH, num_layers=s.synthid_layers, seed=s.seed,
                                   num_resamples=s.num_resamples, mixture=s.synthid_mixture, save_dir=detector_dir,
-                                  roc_length=s.roc_length_gumbel if dec == GUMBEL else s.roc_length_synthid)
+                                  roc_length=s.roc_length_gumbel if dec == GUMBEL else s.roc_length_synthid,
+                                  multi_draft=t["multi"])
+        for shape, part in t["multi"].items():
+            res["multi_draft"][shape]["run"] = part["run"]
         res.update(positives=pos_run.name, negatives_run=neg_run.name, temperature=pos_run.temperature)
         out[dec] = res
     storage.atomic_write_json(os.path.join(session.output_dir, "detection.json"), out)
     rows = []
     for dec in (GUMBEL, SYNTHID):
-        for name, curve in out[dec]["tpr"].items():
-            for length, est in zip(out[dec]["lengths"], curve):
-                rows.append({"decoder": dec, "detector": name, "tokens": length, "tpr": est["value"],
-                             "tpr_lower": est["lower"], "tpr_upper": est["upper"]})
+        for drafts, res in [("1", out[dec])] + list(out[dec].get("multi_draft", {}).items()):
+            for name, curve in res["tpr"].items():
+                for length, est in zip(res["lengths"], curve):
+                    rows.append({"decoder": dec, "drafts": drafts, "detector": name, "tokens": length,
+                                 "tpr": est["value"], "tpr_lower": est["lower"], "tpr_upper": est["upper"]})
     write_csv(os.path.join(session.output_dir, "detection.csv"), rows)
     plot_detection(out, os.path.join(session.output_dir, "tpr_vs_length.png"),
                    os.path.join(session.output_dir, "roc.png"))

@@ -102,30 +102,35 @@ def texts_from_records(records: Sequence, prompts: np.ndarray, keys):
     Returns:
       dict with ``tokens`` int32[N, L], ``lengths``, ``starts`` int32[N]
       (generation starts: the repeated-context rule of generation),
-      ``source`` int8[N, L] (−1 outside generated tokens), ``keys``,
-      ``indices`` int[N].
+      ``source`` int8[N, L] (−1 outside generated tokens), ``candidate``
+      int8[N, L] (each token's sibling under multi-draft sampling, else 0),
+      ``keys``, ``indices`` int[N].
     """
     texts = [r if isinstance(r, batching.GeneratedText) else batching.GeneratedText.from_record(r) for r in records]
-    return _detection_rows([(t.index, t.prompt_length, t.tokens, t.source) for t in texts], prompts, keys)
+    return _detection_rows([(t.index, t.prompt_length, t.tokens, t.source, t.candidate) for t in texts], prompts,
+                           keys)
 
 
 def _detection_rows(rows: Sequence[tuple], prompts: np.ndarray, keys) -> dict:
-    """The :func:`texts_from_records` dict of (index, prompt length, tokens, source) rows."""
+    """The :func:`texts_from_records` dict of (index, prompt length, tokens, source, candidate) rows."""
     n = len(rows)
     if len(keys) != n:
         raise ValueError(f"{len(keys)} keys for {n} records")
-    width = max(p + len(gen) for _, p, gen, _ in rows)
+    width = max(p + len(gen) for _, p, gen, _, _ in rows)
     tokens = np.zeros((n, width), np.int32)
     source = np.full((n, width), -1, np.int8)
+    candidate = np.zeros((n, width), np.int8)
     lengths, starts = np.zeros(n, np.int32), np.zeros(n, np.int32)
-    for row, (index, p, gen, src) in enumerate(rows):
+    for row, (index, p, gen, src, cand) in enumerate(rows):
         tokens[row, :p] = prompts[index, :p]
         tokens[row, p : p + len(gen)] = gen
         source[row, p : p + len(gen)] = src
+        if len(cand):
+            candidate[row, p : p + len(gen)] = cand
         lengths[row], starts[row] = p + len(gen), p
-    indices = np.array([index for index, _, _, _ in rows])
-    return {"tokens": tokens, "lengths": lengths, "starts": starts, "source": source, "keys": keys,
-            "indices": indices}
+    indices = np.array([row[0] for row in rows])
+    return {"tokens": tokens, "lengths": lengths, "starts": starts, "source": source, "candidate": candidate,
+            "keys": keys, "indices": indices}
 
 
 def texts_from_human(prompts: np.ndarray, prompt_lengths: np.ndarray, human_ids: Sequence[Sequence[int]],
@@ -139,7 +144,7 @@ def texts_from_human(prompts: np.ndarray, prompt_lengths: np.ndarray, human_ids:
       keys: their StreamKeys; ``draft_fraction``, ``rng``: the random
         sources given to the Oracle detectors (no records exist).
     """
-    rows = [(int(i), int(prompt_lengths[int(i)]), list(human_ids[int(i)]), [0] * len(human_ids[int(i)]))
+    rows = [(int(i), int(prompt_lengths[int(i)]), list(human_ids[int(i)]), [0] * len(human_ids[int(i)]), ())
             for i in indices]
     texts = _detection_rows(rows, prompts, keys)
     generated = texts["source"] >= 0
@@ -309,18 +314,24 @@ class Family:
       negatives_from_human: the human negatives train the detectors and set
         the thresholds when there are enough of them (the paper's App. D for
         SynthID); otherwise the model negatives do.
+      searches_siblings: its statistics of multi-draft texts search the sibling
+        streams (``options["siblings"]``; with ``options["candidate"]`` the
+        stream each token was drawn from, for the Oracles); False: they score
+        the sibling-0 stream.
     """
 
     decoder: str
     statistics: Callable[[dict, dict], Any]
     fit: Callable[[dict, Callable, dict], tuple]
     negatives_from_human: bool
+    searches_siblings: bool
 
 
 def _gumbel_stats(texts, options):
     return detect.gumbel_statistics(texts["tokens"], texts["keys"], lengths=texts["lengths"],
                                     starts=texts["starts"], context_width=options["context_width"],
-                                    vocab_size=options["vocab_size"])
+                                    vocab_size=options["vocab_size"], siblings=options.get("siblings", 1),
+                                    candidate=options.get("candidate"))
 
 
 def _fit_gumbel(sets, stats, options):
@@ -365,8 +376,8 @@ def _fit_synthid(sets, stats, options):
 
 
 FAMILIES = {
-    "gumbel": Family("gumbel", _gumbel_stats, _fit_gumbel, negatives_from_human=False),
-    "synthid": Family("synthid", _synthid_stats, _fit_synthid, negatives_from_human=True),
+    "gumbel": Family("gumbel", _gumbel_stats, _fit_gumbel, negatives_from_human=False, searches_siblings=True),
+    "synthid": Family("synthid", _synthid_stats, _fit_synthid, negatives_from_human=True, searches_siblings=False),
 }
 """decoder -> :class:`Family` (Gumbel-max: Fig. 2 middle; SynthID: Fig. 2 right)."""
 
@@ -380,9 +391,64 @@ def _count(texts) -> int:
     return 0 if texts is None else len(texts["indices"])
 
 
+def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dict, texts: dict,
+                 model_negatives: dict, threshold_negatives: Callable, lengths: Sequence[int], rng, *, seed: int,
+                 num_resamples: int) -> dict:
+    """TPR at 1 % FPR vs length of multi-draft Alg. 1 texts under one chain's detectors (:func:`evaluate`).
+
+    A family that searches siblings scores them on the sibling statistic (``siblings`` streams; the
+    Oracles on the stream each token came from) with the one-chain fits (τ, p, the soft model): the
+    p-values stay exact, as every statistic is uniform under H0, and the FPR on the model negatives
+    scored the same way is reported. Otherwise the texts are scored like one chain's (sibling 0).
+    """
+    siblings = int(texts["siblings"])
+    searched = family.searches_siblings and siblings > 1
+    opts = {**options, "siblings": siblings if searched else 1}
+    stats = family.statistics(texts, opts)
+    oracle_stats = family.statistics(texts, {**opts, "candidate": texts["candidate"]}) if searched else stats
+    if searched:
+        detectors = {k: dataclasses.replace(d, provenance=stats.provenance) for k, d in detectors.items()}
+
+    def score(part: dict, key_stats, source_stats) -> dict:
+        rngs = detect.text_rngs(seed + 1, part["indices"])
+        return {k: np.asarray(detect.decision_scores(d.score(source_stats if d.needs_source else key_stats,
+                                                             source=part["source"], rng=rngs)))
+                for k, d in detectors.items()}
+
+    if searched:
+        neg_stats = family.statistics(model_negatives, opts)
+
+        def negatives(length: int) -> dict:
+            rows = _long_enough(model_negatives, length)
+            part = {"source": model_negatives["source"][rows], "indices": model_negatives["indices"][rows]}
+            truncated = detect.truncate(detect.take(neg_stats, rows), length)
+            return score(part, truncated, truncated) if rows.size else {}
+    else:
+        def negatives(length: int) -> dict:
+            return threshold_negatives(length)[0]
+
+    grid = _lengths_available(texts, lengths)
+    curves = {}
+    for i, length in enumerate(grid):
+        pos = score(texts, detect.truncate(stats, length), detect.truncate(oracle_stats, length))
+        neg = negatives(length)
+        for k in pos:
+            est = tpr_estimate(calibrated[k], pos[k], neg.get(k, np.zeros(0)), jax.random.fold_in(rng, i),
+                               num_resamples=num_resamples)
+            curves.setdefault(k, []).append(_estimate(est) if est is not None else
+                                            {"value": float("nan"), "lower": float("nan"), "upper": float("nan")})
+    fpr = None
+    if searched and grid:
+        neg = negatives(grid[-1])
+        fpr = {k: _fpr_estimate(flagged(True, v, None)) for k, v in neg.items() if calibrated[k]}
+    return {"siblings": siblings, "searched": searched, "lengths": grid, "tpr": curves, "fpr_model": fpr,
+            "fpr_length": grid[-1] if grid else None, "test_texts": _count(texts)}
+
+
 def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: int, vocab_size: int,
              context_width: int, num_layers: int = 4, seed: int = 0, num_resamples: int = 1000,
-             train_config=None, mixture: str = "layer", save_dir: Optional[str] = None) -> dict:
+             train_config=None, mixture: str = "layer", save_dir: Optional[str] = None,
+             multi_draft: Optional[dict] = None) -> dict:
     """TPR at 1 % FPR vs length, ROC and FPR of one decoder's detectors (Fig. 2, Fig. 5; module doc).
 
     Args:
@@ -398,6 +464,10 @@ def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: i
       num_layers, train_config, mixture: SynthID's m, the Bayesian detectors'
         training and ``BayesConfig.mixture`` (``"layer"``: the paper's Eq. (17)).
       save_dir: if given, the fitted detectors are saved there (key-free).
+      multi_draft: draft shape -> test texts of multi-draft Alg. 1 (a
+        :func:`texts_from_records` dict with ``siblings``, the most children
+        of a node): their TPR curves under the same detectors
+        (:func:`_multi_draft`), in the result's ``multi_draft``.
 
     Every detector follows its threshold rule (:func:`tpr_estimate`): calibrated
     ones flag p ≤ 0.01; the others are thresholded at 1 % FPR on the *threshold
@@ -492,6 +562,9 @@ def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: i
                 fpr[which][name] = _fpr_estimate(np.zeros(0, bool))
             else:
                 fpr[which][name] = _fpr_estimate(flagged(calibrated[name], other[name], scores_of(neg, name)))
+    multi = {shape: _multi_draft(family, options, detectors, calibrated, part, texts["nte"], threshold_negatives,
+                                 lengths, jax.random.fold_in(rng, 1000 + j), seed=seed, num_resamples=num_resamples)
+             for j, (shape, part) in enumerate((multi_draft or {}).items())}
     rule = "calibrated detectors: p <= 0.01 (exact null)"
     if not all(calibrated.values()):
         rule = (f"{', '.join(k for k, c in calibrated.items() if not c)}: 1% FPR on the {primary} test negatives "
@@ -502,4 +575,5 @@ def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: i
             "negatives": primary, "negatives_per_length": [sum(c.values()) for c in counts],
             "threshold_negatives_per_length": counts, "roc_length": roc_len, "roc": roc, "fpr": fpr,
             "threshold": rule, "train_texts": _count(texts["ptr"]), "test_texts": _count(test_pos),
-            "test_negatives": _count(texts["nte"]), "test_human_negatives": _count(texts.get("hte"))}
+            "test_negatives": _count(texts["nte"]), "test_human_negatives": _count(texts.get("hte")),
+            **({"multi_draft": multi} if multi_draft else {})}

@@ -24,19 +24,22 @@ def plot_aatps(rows: Sequence[dict], path: str) -> None:
     """Fig. 2 left: AATPS of Alg. 1 vs standard speculative sampling per K (95 % CIs)."""
     plt = _pyplot()
     spec = [r for r in rows if r["lookahead"] > 0]
-    groups = sorted({(r["decoder"], r["lookahead"]) for r in spec})
-    methods = ["Std. SpecSampl", "Alg. 1"]
-    fig, ax = plt.subplots(figsize=(7, 3.4))
+    groups = sorted({(r["decoder"], r["lookahead"], r.get("drafts", "1")) for r in spec},
+                    key=lambda g: (g[0], g[1], g[2] != "1", g[2]))
+    methods = {"Std. SpecSampl": "standard", "Alg. 1": "pseudorandom"}
+    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(groups)), 3.4))
     width = 0.38
-    for j, m in enumerate(methods):
+    for j, (m, method_id) in enumerate(methods.items()):
         vals, errs = [], []
         for g in groups:
-            r = next(r for r in spec if (r["decoder"], r["lookahead"]) == g and r["method"].startswith(m))
+            r = next(r for r in spec if (r["decoder"], r["lookahead"], r.get("drafts", "1")) == g
+                     and r["method_id"] == method_id)
             vals.append(r["aatps"])
             errs.append(r["aatps_ci"])
         ax.bar(np.arange(len(groups)) + (j - 0.5) * width, vals, width, yerr=errs, capsize=3, label=m)
     ax.set_xticks(np.arange(len(groups)))
-    ax.set_xticklabels([f"{WatermarkDecoder.from_name(d).family_label.split('-')[0]}\nK={k}" for d, k in groups])
+    ax.set_xticklabels([f"{WatermarkDecoder.from_name(d).family_label.split('-')[0]}\nK={k}"
+                        + ("" if drafts == "1" else f"\n{drafts}") for d, k, drafts in groups])
     ax.set_ylabel("AATPS")
     ax.set_ylim(1, None)
     ax.legend(frameon=False)

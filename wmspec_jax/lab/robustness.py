@@ -271,7 +271,7 @@ def run_robustness(session: Session, rs: RobustnessSettings = RobustnessSettings
     progress = storage.Progress(len(todo), "robustness") if todo else None
     summary = {"settings": s.public(), "robustness": dataclasses.asdict(rs), "pair": pair.name, "decoders": {}}
     for di, dec in enumerate((GUMBEL, SYNTHID)):
-        t = detection_texts(session, dec)
+        t = detection_texts(session, dec, multi_draft=False)
         pos_run, neg_run = t["runs"]
         brun = basic_run(s, dec)
         _, basic_test = evaluation.split_train_test(session.records(brun, s.num_detection_texts, s.detection_rows),
@@ -352,7 +352,7 @@ def zero_edit_check(summary: dict, detection: dict, session: Session) -> dict:
     out = {}
     if 0.0 not in summary["robustness"]["rates"]:
         return {"compared": False, "why": "0 is not among --edit_rates"}
-    t = detection_texts(session, GUMBEL)["pte"]
+    t = detection_texts(session, GUMBEL, multi_draft=False)["pte"]
     full = int(np.max(t["lengths"] - t["starts"]))
     res = detection[GUMBEL]
     if full not in res["lengths"] or int(np.min(t["lengths"] - t["starts"])) != full:

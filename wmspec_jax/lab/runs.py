@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import batching, decoders, keys, prf, sampling, sharding, speculative, storage
+from wmspec_jax import batching, decoders, keys, multidraft, prf, sampling, sharding, speculative, storage
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.storage import JsonlStore, Progress
 
@@ -67,6 +67,9 @@ class RunSpec:
       lookahead: K (0 for non-speculative methods).
       temperature: applied to P and Q alike.
       num_layers: SynthID's m (ignored for Gumbel-max).
+      drafts: the draft shape (:func:`wmspec_jax.multidraft.parse_shape`): ``"1"`` one
+        chain (the paper's), ``"n"`` n chains, ``"3x2x1"`` a static tree (its depth is
+        K); a trailing ``"d"`` draws siblings without replacement.
     """
 
     method: str
@@ -74,10 +77,13 @@ class RunSpec:
     lookahead: int
     temperature: float
     num_layers: int = 30
+    drafts: str = "1"
 
     def __post_init__(self):
         if self.decoder not in DECODER_KINDS:
             raise ValueError(f"decoder must be one of {DECODER_KINDS}, got {self.decoder!r}")
+        if not isinstance(self.drafts, str):
+            raise ValueError(f"drafts must be a draft shape like '1', '3' or '3x2x1d', got {self.drafts!r}")
         self.config(1)  # validates method / K / temperature
         spec = speculative.METHODS[self.method]
         if self.temperature == 0 and (spec.watermark_target or spec.watermark_draft):
@@ -86,7 +92,14 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.method}-{self.watermark_decoder.run_tag}-K{self.lookahead}-T{self.temperature:g}"
+        name = f"{self.method}-{self.watermark_decoder.run_tag}-K{self.lookahead}-T{self.temperature:g}"
+        return name if self.drafts == "1" else f"{name}-D{self.drafts}"
+
+    @property
+    def siblings(self) -> int:
+        """The most children of a node of the draft tree (1 for one chain): the sibling streams detection
+        searches."""
+        return multidraft.max_siblings(multidraft.parse_shape(self.drafts), self.lookahead)
 
     @property
     def watermark_decoder(self) -> decoders.WatermarkDecoder:
@@ -97,7 +110,7 @@ class RunSpec:
         return speculative.SpeculativeConfig(
             method=self.method, decoder=self.watermark_decoder, lookahead=self.lookahead,
             max_new_tokens=max_new_tokens, temperature=self.temperature, top_k=top_k,
-            context_width=context_width, eos_id=eos_id, pad_id=pad_id)
+            context_width=context_width, eos_id=eos_id, pad_id=pad_id, **multidraft.parse_shape(self.drafts))
 
 
 def text_keys(secret, indices: Sequence[int], run: str = "") -> keys.StreamKeys:

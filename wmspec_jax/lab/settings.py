@@ -48,6 +48,7 @@ class Settings:
     detection_batch_size: Optional[int] = None  # rows per call of the detection runs (None: batch_size)
     lookaheads: tuple = (2, 3, 4)
     detect_lookahead: int = 3
+    draft_trees: tuple = ()  # multi-draft shapes beyond the paper ("3", "3x2x1d"; multidraft.parse_shape)
     gumbel_temperature: float = 0.5
     synthid_temperature: float = 0.7
     synthid_layers: int = 30
@@ -70,7 +71,7 @@ class Settings:
                 object.__setattr__(self, "draft", pairs.canonical_draft(self.target, self.draft))
             except ValueError:
                 pass  # validate() reports it
-        for name in ("lookaheads", "tpr_lengths"):
+        for name in ("lookaheads", "tpr_lengths", "draft_trees"):
             value = getattr(self, name)
             if isinstance(value, (list, np.ndarray)):
                 object.__setattr__(self, name, tuple(value))
@@ -93,6 +94,7 @@ class Settings:
                 raise ValueError(f"--{name} must be a non-empty list, got {values!r}")
             for v in values:
                 positive_int(name, v)
+        self._validate_draft_trees()
         if self.top_k is not None:
             positive_int("top_k", self.top_k)
         if self.detection_batch_size is not None:
@@ -134,6 +136,39 @@ class Settings:
                 if spec.data > 0 and rows is not None and rows % spec.data:
                     raise ValueError(f"--{name}={rows} must be a multiple of the mesh's data axis "
                                      f"({spec.data}): each device holds the same number of rows")
+
+    def _validate_draft_trees(self) -> None:
+        from wmspec_jax import multidraft
+
+        if not isinstance(self.draft_trees, tuple):
+            raise ValueError(f"--draft_trees must be a list of draft shapes, got {self.draft_trees!r}")
+        for shape in self.draft_trees:
+            try:
+                parsed = multidraft.parse_shape(shape) if isinstance(shape, str) else None
+                if parsed:
+                    tree = parsed.get("draft_tree") or (parsed["num_drafts"],)
+                    multidraft.check_branching(tree, len(tree))
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"--draft_trees: {e}") from None
+            if not parsed:
+                raise ValueError(f"--draft_trees: {shape!r} is not a multi-draft shape (n >= 2 chains like '3', or "
+                                 "a tree like '3x2x1'; one chain is always run)")
+            tree = parsed.get("draft_tree")
+            if tree is not None and len(tree) not in set(self.lookaheads) | {self.detect_lookahead}:
+                raise ValueError(f"--draft_trees: the tree {shape!r} has depth {len(tree)}, which is neither one of "
+                                 f"--lookaheads {list(self.lookaheads)} nor --detect_lookahead={self.detect_lookahead}")
+
+    def shapes_at(self, lookahead: int) -> list:
+        """The ``--draft_trees`` shapes that apply at K = ``lookahead`` (n chains at any K, a tree at its
+        depth)."""
+        from wmspec_jax import multidraft
+
+        out = []
+        for shape in self.draft_trees:
+            tree = multidraft.parse_shape(shape).get("draft_tree")
+            if tree is None or len(tree) == lookahead:
+                out.append(shape)
+        return out
 
     def public(self) -> dict:
         """The settings without the secret (results never hold key material): its fingerprint instead."""

@@ -17,21 +17,24 @@ from wmspec_jax.lab.tables import write_csv
 
 
 def speed_runs(s: Settings) -> list:
-    """The runs of Tables 1-2: basic, standard and Alg. 1 for each decoder and K."""
+    """The runs of Tables 1-2: basic, standard and Alg. 1 for each decoder and K; with ``draft_trees``,
+    standard and Alg. 1 with each multi-draft shape that applies at that K too."""
     out = []
     for dec in (GUMBEL, SYNTHID):
         t = s.temperature(dec)
         out.append(runs.RunSpec("basic", dec, 0, t, s.synthid_layers))
         for k in s.lookaheads:
-            out.append(runs.RunSpec("standard", dec, k, t, s.synthid_layers))
-            out.append(runs.RunSpec("pseudorandom", dec, k, t, s.synthid_layers))
+            for drafts in ["1"] + s.shapes_at(k):
+                out.append(runs.RunSpec("standard", dec, k, t, s.synthid_layers, drafts))
+                out.append(runs.RunSpec("pseudorandom", dec, k, t, s.synthid_layers, drafts))
     return out
 
 
 def method_label(run: runs.RunSpec) -> str:
     dec = run.watermark_decoder.label
-    return {"basic": f"basic {dec}", "standard": "Std. SpecSampl",
-            "pseudorandom": f"Alg. 1 {dec}"}.get(run.method, f"{run.method} {dec}")
+    label = {"basic": f"basic {dec}", "standard": "Std. SpecSampl",
+             "pseudorandom": f"Alg. 1 {dec}"}.get(run.method, f"{run.method} {dec}")
+    return label if run.drafts == "1" else f"{label} [drafts {run.drafts}]"
 
 
 def run_speculative(session: Session) -> dict:
@@ -46,7 +49,7 @@ def run_speculative(session: Session) -> dict:
                 f"not only --batch_size={s.batch_size}")
         row = evaluation.speculative_row(run.name, recs)
         rows.append({"decoder": run.decoder, "temperature": run.temperature, "lookahead": run.lookahead,
-                     "method": method_label(run), "method_id": run.method, **row})
+                     "drafts": run.drafts, "method": method_label(run), "method_id": run.method, **row})
     summary = {"settings": s.public(), "pair": session.pair.name, "rows": rows,
                "checks": speculative_checks(rows)}
     storage.atomic_write_json(os.path.join(session.output_dir, "speculative.json"), summary)
@@ -58,20 +61,21 @@ def run_speculative(session: Session) -> dict:
 def speculative_checks(rows: Sequence[dict]) -> dict:
     """The unbiasedness / efficiency checks of the issue, evaluated on the table.
 
-    ``aatps_matches_standard``: per decoder and K, |AATPS(Alg. 1) −
+    ``aatps_matches_standard``: per decoder, K and draft shape, |AATPS(Alg. 1) −
     AATPS(standard)| ≤ the half-widths' root-sum-square (an approximate
-    95 % test of equal means). ``logppl_agrees``: every run's LOGPPL CI
-    overlaps the basic watermark's of the same decoder and temperature.
+    95 % test of equal means; keys ``gumbel-K3``, ``gumbel-K3-D3x2x1``). ``logppl_agrees``: every run's
+    LOGPPL CI overlaps the basic watermark's of the same decoder and temperature.
     """
     out = {"aatps_matches_standard": {}, "logppl_agrees": {}}
-    by = {(r["decoder"], r["lookahead"], r["method_id"]): r for r in rows}
-    for (dec, k, method), r in by.items():
+    by = {(r["decoder"], r["lookahead"], r["method_id"], r.get("drafts", "1")): r for r in rows}
+    for (dec, k, method, drafts), r in by.items():
         if method == "pseudorandom":
-            std = by[(dec, k, "standard")]
+            std = by[(dec, k, "standard", drafts)]
             tol = float(np.hypot(r["aatps_ci"], std["aatps_ci"]))
-            out["aatps_matches_standard"][f"{dec}-K{k}"] = bool(abs(r["aatps"] - std["aatps"]) <= tol)
+            name = f"{dec}-K{k}" if drafts == "1" else f"{dec}-K{k}-D{drafts}"
+            out["aatps_matches_standard"][name] = bool(abs(r["aatps"] - std["aatps"]) <= tol)
     for r in rows:
-        base = by[(r["decoder"], 0, "basic")]
+        base = by[(r["decoder"], 0, "basic", "1")]
         lo, hi = r["logppl"] - r["logppl_ci"], r["logppl"] + r["logppl_ci"]
         blo, bhi = base["logppl"] - base["logppl_ci"], base["logppl"] + base["logppl_ci"]
         out["logppl_agrees"][r["run"]] = bool(lo <= bhi and blo <= hi)

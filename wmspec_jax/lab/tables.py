@@ -53,7 +53,25 @@ def detection_markdown(out: dict) -> str:
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {res['roc'][name]['auc']:.3f} | "
                          + " | ".join(rates) + " |")
         blocks.append("\n".join(lines))
+        for drafts, multi in res.get("multi_draft", {}).items():
+            blocks.append(_multi_draft_markdown(head, drafts, multi))
     return "\n\n".join(blocks)
+
+
+def _multi_draft_markdown(head: str, drafts: str, res: dict) -> str:
+    """TPR of multi-draft Alg. 1 texts under one chain's detectors, and their FPR on the model negatives."""
+    how = (f"the draft statistic searches {res['siblings']} sibling streams (the Oracles: each token's own)"
+           if res["searched"] else "scored on the sibling-0 stream, as one chain")
+    fpr = res.get("fpr_model") or {}
+    lines = [f"**{head}, multi-draft Alg. 1 (drafts {drafts})**: {res['test_texts']} test texts; {how}", "",
+             "| detector | " + " | ".join(f"{n} tokens" for n in res["lengths"])
+             + (f" | FPR on model at {res['fpr_length']} |" if fpr else " |"),
+             "|---" * (len(res["lengths"]) + 1 + bool(fpr)) + "|"]
+    for name, curve in res["tpr"].items():
+        cells = [f"{e['value']:.2f} [{e['lower']:.2f}, {e['upper']:.2f}]" for e in curve]
+        rate = [f"{fpr[name]['flagged']}/{fpr[name]['negatives']}" if name in fpr else "-"] if fpr else []
+        lines.append(f"| {name} | " + " | ".join(cells + rate) + " |")
+    return "\n".join(lines)
 
 
 __all__ = ["detection_markdown", "speculative_markdown", "write_csv"]
