@@ -22,8 +22,8 @@ SECRET = "test-secret-that-must-not-leak"
 SMALL = lab.Settings(
     target="toy", draft="toy", num_prompts=6, num_detection_texts=12, num_detection_train=5, max_new_tokens=20,
     batch_size=4, detection_batch_size=6,
-    lookaheads=(2, 3), synthid_layers=4, tpr_lengths=(4, 8, 16), num_resamples=50, max_prompt_tokens=128,
-    secret=SECRET)
+    lookaheads=(2,), detect_lookahead=2, synthid_layers=4, tpr_lengths=(4, 8, 16), num_resamples=50,
+    max_prompt_tokens=128, secret=SECRET)  # K = 2 everywhere: the scripts' tests below reuse its compiled programs
 
 
 def leaked(data: bytes, secret: str, words) -> list:
@@ -181,7 +181,7 @@ def test_speculative_outputs_match_their_json(pipeline_outputs):
     # the headline checks hold on the toy pair (Thm 4.1: Alg. 1 keeps standard speculative sampling's
     # acceptance; every method samples the target's distribution)
     checks = spec["checks"]
-    assert set(checks["aatps_matches_standard"]) == {f"{d}-K{k}" for d in ("gumbel", "synthid") for k in (2, 3)}
+    assert set(checks["aatps_matches_standard"]) == {f"{d}-K{k}" for d in ("gumbel", "synthid") for k in SMALL.lookaheads}
     assert all(checks["aatps_matches_standard"].values()), checks["aatps_matches_standard"]
     assert len(checks["logppl_agrees"]) == len(rows) and all(checks["logppl_agrees"].values()), checks
     # speculation accepts drafts (AATPS > 1); the non-speculative rows take one token per step
@@ -455,7 +455,7 @@ def test_reproduce_script_runs_and_resumes(tmp_path):
     cmd = [sys.executable, "-m", "experiments.reproduce", "--preset=quick", "--target=toy",
            "--draft=toy", f"--output_dir={out}", "--skip=tradeoff", "--num_prompts=6", "--num_detection_texts=12",
            "--max_new_tokens=20", "--batch_size=4", "--detection_batch_size=6", "--num_detection_train=5",
-           "--lookaheads=2", "--detect_lookahead=3", "--synthid_layers=4",
+           "--lookaheads=2", "--detect_lookahead=2", "--synthid_layers=4",
            "--tpr_lengths=4,8,16", "--num_resamples=50", "--top_k=0", "--max_prompt_tokens=128"]
     secret_file = tmp_path / "secret.txt"
     secret_file.write_text(SECRET + "\n")

@@ -20,12 +20,12 @@ SECRET = "robustness-test-secret"
 # The sizes of tests/test_lab.py's SMALL (and of the robustness notebook's small configuration): the
 # generation and training programs compiled by one of them are reused by the others.
 SMALL = experiment.Settings(target="toy", draft="toy", num_prompts=6, num_detection_texts=12, num_detection_train=5,
-                            max_new_tokens=20, batch_size=4, detection_batch_size=6, lookaheads=(2, 3),
+                            max_new_tokens=20, batch_size=4, detection_batch_size=6, lookaheads=(2,), detect_lookahead=2,
                             synthid_layers=4, tpr_lengths=(8, 20), num_resamples=50, max_prompt_tokens=128,
                             secret=SECRET)  # TPR at the full length: the zero-edit check compares there
 RS = robustness.RobustnessSettings(rates=(0.0, 0.5), num_auc_resamples=30)
 FLAGS = ["--target=toy", "--draft=toy", "--num_prompts=6", "--num_detection_texts=12", "--num_detection_train=5",
-         "--max_new_tokens=20", "--batch_size=4", "--detection_batch_size=6", "--lookaheads=2,3",
+         "--max_new_tokens=20", "--batch_size=4", "--detection_batch_size=6", "--lookaheads=2", "--detect_lookahead=2",
          "--synthid_layers=4", "--tpr_lengths=8,20", "--num_resamples=50", "--max_prompt_tokens=128",
          "--edit_rates=0,0.5", "--num_auc_resamples=30"]
 
