@@ -306,9 +306,20 @@ def test_multi_draft_answers_are_detected_over_their_sibling_streams(tmp_path, s
     assert any(c > 0 for r in recs for c in r["candidate"])  # siblings 1 and 2 were accepted somewhere
     rc, stdout, err = call(cli_detect, [str(out), f"--secret_file={secret_file}", "--format=json"])
     assert rc == 0, err
-    res = lines(stdout)
-    assert all(r["provenance"]["siblings"] == 3 for r in res)
-    log10 = np.array([r["log10_pvalue"] for r in res if r["num_scored"] >= 32])
-    assert len(log10) >= 3 and np.median(log10) < -3, log10
+    res = lines(stdout)  # each token in the sibling stream its line records
+    assert all(r["provenance"]["siblings"] == 3 and r["sibling_streams"] == "recorded" for r in res)
+    recorded = np.array([r["log10_pvalue"] for r in res if r["num_scored"] >= 32])
+    # the answers pasted as plain text: tokens and key alone, the 3 sibling streams searched
+    for r in recs:
+        (tmp_path / f"answer{r['index']}.txt").write_text(r["text"])
+    rc, stdout, err = call(cli_detect, [str(tmp_path / f"answer{r['index']}.txt") for r in recs]
+                           + [f"--secret_file={secret_file}", "--siblings=3", "--format=json"])
+    assert rc == 0, err
+    pasted = lines(stdout)
+    assert all(r["provenance"]["siblings"] == 3 and "sibling_streams" not in r for r in pasted)
+    searched = np.array([r["log10_pvalue"] for r in pasted if r["num_scored"] >= 32])
+    print(f"\nmulti-draft answers: log10 p median {np.median(recorded):.1f} (recorded siblings), "
+          f"{np.median(searched):.1f} (pasted, 3 streams searched)")
+    assert len(recorded) >= 3 and np.median(recorded) < -3 and np.median(searched) < -2, (recorded, searched)
     rc, _, err = call(cli_detect, [str(out), f"--secret_file={secret_file}", "--siblings=1"])
     assert rc == 2 and "draft_tree" in err and "--siblings=1" in err

@@ -352,3 +352,34 @@ def test_detection_over_sibling_streams_is_exact_and_the_oracle_loses_nothing():
     assert multi["sibling0"] < multi["oracle"] - 0.01 and multi["ars"] < chain["ars"] - 0.03, rates  # > 5 sd margins
     with pytest.raises(ValueError, match="candidate records must lie"):
         streams.gumbel_statistics(toks, keys, siblings=2, candidate=np.full(toks.shape, 2), **texts)
+
+
+def test_synthid_records_give_each_draft_token_its_own_stream():
+    """SynthID (m = 8), Alg. 1 with 3 chains, V = 64: the accepted drafts of siblings c > 0 carry the
+    watermark in their own stream (mean g-value well above 1/2) and none in sibling 0's; the candidate
+    record gives each token its own stream, and under another key those g-values are fair coins."""
+    from wmspec_jax.detect import streams
+
+    v, n, m = 64, 600, 8
+    model, tp, dp, _ = _pair(v, 5)
+    prompts = np.random.default_rng(1).integers(0, v, size=(n, 6))
+    keys = prf.stream_keys([f"k{i}" for i in range(n)])
+    cfg = SpeculativeConfig(method="pseudorandom", decoder=decoders.WatermarkDecoder("synthid", m), lookahead=2,
+                            max_new_tokens=4, num_drafts=3)
+    res = speculative.generate(model, tp, prompts, np.full(n, 6), keys, jax.random.key(0), cfg, draft=model,
+                               draft_params=dp)
+    toks, cand = np.asarray(res.tokens), np.asarray(res.candidate)
+    texts = dict(vocab_size=v, lengths=np.asarray(res.lengths), starts=np.full(n, 6))
+    own = streams.synthid_statistics(toks, keys, m, candidate=cand, **texts)
+    sibling0 = streams.synthid_statistics(toks, keys, m, **texts)
+    null = streams.synthid_statistics(toks, prf.stream_keys([f"o{i}" for i in range(n)]), m, candidate=cand, **texts)
+    picked = np.asarray(own.mask) & (np.asarray(res.source) == speculative.SOURCE_DRAFT) & (cand > 0)
+    assert picked.sum() >= 100
+    g_own, g_zero, g_null = (np.asarray(s.g_draft)[picked] for s in (own, sibling0, null))
+    sd = np.sqrt(0.25 / g_own.size)
+    assert g_own.mean() > 0.5 + 8 * sd, g_own.mean()
+    stats.assert_binomial_rate(int(g_zero.sum()), g_zero.size, 0.5, "sibling 0's stream of other siblings' tokens")
+    stats.assert_binomial_rate(int(g_null.sum()), g_null.size, 0.5, "another key")
+    # tokens of sibling 0 and of the target keep their one-chain statistics
+    np.testing.assert_array_equal(np.asarray(own.g_draft)[cand == 0], np.asarray(sibling0.g_draft)[cand == 0])
+    np.testing.assert_array_equal(np.asarray(own.g_target), np.asarray(sibling0.g_target))

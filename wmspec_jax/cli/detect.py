@@ -40,8 +40,11 @@ The tokenizer must be the generator's (``--tokenizer``).
 an accepted draft token came from one of a node's sibling streams, so the
 draft statistic of a Gumbel-family text is (max_c y^D_c)^n over the n
 siblings (the line's ``draft_tree``: its largest branching factor; else
-``--siblings``), exactly uniform under H0 (``docs/multidraft.md``). SynthID
-lines are scored on the sibling-0 stream (exact, weaker).
+``--siblings``), exactly uniform under H0 (``docs/multidraft.md``); SynthID
+text is scored on the sibling-0 stream (exact, weaker). A line that records
+each token's sibling (``candidate``, with its ``tokens``) is scored in the
+stream each token was drawn from instead, for both decoders (stronger; the
+output line says ``"sibling_streams": "recorded"``).
 
 **Which detector** (``--detector``, a comma-separated list of registry names
 or saved detector files; the first is the primary): ``auto`` is the best
@@ -167,6 +170,7 @@ class Item:
     draft_decoder: Optional[str] = None
     kgw_gamma: Optional[float] = None
     siblings: int = 1
+    candidate: Optional[list] = None
     result: Optional[dict] = None
 
     @property
@@ -176,7 +180,7 @@ class Item:
     @property
     def group(self) -> tuple:
         return (self.decoder, self.num_layers, self.context_width, self.derivation, self.draft_fraction,
-                self.draft_decoder, self.kgw_gamma, self.siblings)
+                self.draft_decoder, self.kgw_gamma, self.siblings, self.candidate is not None)
 
 
 def _record_int(record: dict, name: str, where: str, low: int, high: int) -> Optional[int]:
@@ -262,6 +266,21 @@ def _siblings_of(fv, record: dict, where: str, decoder: str, default: int) -> in
     else:
         chosen = default if recorded is None else recorded
     return 1 if decoders.WatermarkDecoder.from_name(decoder).family == decoders.SYNTHID else chosen
+
+
+def _recorded_candidate(record: dict, where: str, ids: list, recorded_ids: Optional[list]) -> Optional[list]:
+    """A multi-draft line's sibling of each token (``candidate``), when the line also records the token
+    ids scored and names a sibling other than 0; None otherwise (the sibling streams are then searched)."""
+    cand = record.get("candidate")
+    if cand is None or recorded_ids is None:
+        return None
+    tree = record.get("draft_tree")
+    high = max(tree) if isinstance(tree, list) and tree else 256
+    if not isinstance(cand, list) or len(cand) != len(ids) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 <= c < high for c in cand):
+        raise InputError(f"{where}: field 'candidate' must list one sibling index in [0, {high}) per token of "
+                         "'tokens'")
+    return cand if any(cand) else None
 
 
 def _check_provenance(fv, record: dict, where: str, secret) -> None:
@@ -494,7 +513,7 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     from wmspec_jax import decoders, detect
     from wmspec_jax.detect.provenance import Provenance
 
-    decoder, m, h, derivation, draft_fraction, draft_decoder, kgw_gamma, siblings = items[0].group
+    decoder, m, h, derivation, draft_fraction, draft_decoder, kgw_gamma, siblings, recorded = items[0].group
     settings = Provenance(decoder, m, h, draft_decoder=draft_decoder, siblings=siblings)
     detectors = [(spec, d) for spec in specs
                  if (d := _build(fv, spec, decoder, settings, draft_fraction, kgw_gamma)) is not None]
@@ -513,14 +532,19 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
         width = _bucket(max(len(it.ids) for it in chunk))
         tokens = np.zeros((len(chunk), width), np.int32)
         lengths = np.array([len(it.ids) for it in chunk], np.int32)
+        candidate = np.zeros((len(chunk), width), np.int32) if recorded else None
         for row, it in enumerate(chunk):
             tokens[row, : len(it.ids)] = it.ids
+            if recorded:
+                candidate[row, : len(it.ids)] = it.candidate
         key = _stream_keys(secret, chunk)
+        extra = {"siblings": siblings} if siblings > 1 else {}
+        if recorded:  # each token's own sibling stream, as the line records it
+            extra["candidate"] = candidate
         stats = detect.statistics(decoders.WatermarkDecoder.from_name(decoder, max(m, 1)), tokens, key,
                                   vocab_size=vocab, lengths=lengths, context_width=h,
                                   draft_decoder=None if draft_decoder is None else
-                                  decoders.WatermarkDecoder.from_name(draft_decoder),
-                                  **({"siblings": siblings} if siblings > 1 else {}))
+                                  decoders.WatermarkDecoder.from_name(draft_decoder), **extra)
         ids = [zlib.crc32(np.asarray(it.ids, np.int32).tobytes()) for it in chunk]
         rngs = detect.text_rngs(fv.seed, ids)
         per_detector = []
@@ -567,6 +591,8 @@ def _line(it: Item, results: list, provenance) -> dict:
         line["generator_note"] = ("the generator recorded no watermark: "
                                   + str(it.record.get("not_watermarked_because", "unwatermarked method")))
     line.update(num_tokens=len(it.ids), **{k: v for k, v in primary.items()})
+    if it.candidate is not None:
+        line["sibling_streams"] = "recorded"  # each token scored in the sibling stream the line names
     line["provenance"] = provenance.to_dict()
     line["key"] = ({"derivation": keys.DIRECT} if it.run is None
                    else {"derivation": keys.KEY_DERIVATION, "run": it.run, "index": it.index})
@@ -716,7 +742,9 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
         run, index = _key_of(fv, x.record, x.where, number)
         items.append(Item(number, x.where, x.record, list(toks), offsets[number], decoder, m, h, run, index,
                           _draft_fraction_of(fv, x.record, x.where), draft, _kgw_gamma_of(fv, x.record, x.where),
-                          _siblings_of(fv, x.record, x.where, decoder, defaults["siblings"])))
+                          _siblings_of(fv, x.record, x.where, decoder, defaults["siblings"]),
+                          None if fv["siblings"].present else  # --siblings: search the streams
+                          _recorded_candidate(x.record, x.where, list(toks), recorded[number])))
     t_tok = time.perf_counter()
     groups: dict = {}
     for it in items:

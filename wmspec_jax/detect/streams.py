@@ -298,7 +298,10 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, stat
             draft = _uniform_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic)
         target = _uniform_statistic(seeds[:, prf.Stream.TARGET], tokens, statistic)
     else:
-        draft = prf.token_gbits(seeds[:, prf.Stream.DRAFT], tokens, num_layers)
+        draft_seeds = seeds[:, prf.Stream.DRAFT]
+        if candidate is not None:  # each draft token's g-values in the sibling stream it was drawn from
+            draft_seeds = prf.candidate_seeds(draft_seeds, candidate.astype(jnp.uint32))
+        draft = prf.token_gbits(draft_seeds, tokens, num_layers)
         target = prf.token_gbits(seeds[:, prf.Stream.TARGET], tokens, num_layers)
     return draft, target, u, mask
 
@@ -310,6 +313,20 @@ def statistics_provenance(key, decoder: str, num_layers: int = 0,
     fingerprint, derivation = keys_lib.key_provenance(key)
     return Provenance(decoder, int(num_layers), int(context_width), prf.PRF_VERSION, fingerprint, derivation,
                       draft_decoder, int(siblings))
+
+
+def _check_candidate(candidate, shape: tuple, siblings: Optional[int]):
+    """The ``candidate`` record as int32[B, L] (None stays None); its values in [0, siblings)."""
+    if candidate is None:
+        return None
+    candidate = np.asarray(candidate)
+    if candidate.shape != tuple(shape) or not np.issubdtype(candidate.dtype, np.integer):
+        raise ValueError(f"candidate must be int[{shape[0]}, {shape[1]}] like the texts, got "
+                         f"{candidate.dtype}{list(candidate.shape)}")
+    high = 256 if siblings is None else siblings
+    if candidate.size and (candidate.min() < 0 or candidate.max() >= high):
+        raise ValueError(f"candidate records must lie in [0, {'siblings=' if siblings else ''}{high})")
+    return jnp.asarray(candidate, jnp.int32)
 
 
 def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None,
@@ -352,14 +369,7 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
     keys = _check_keys(key, tok.shape[0])
     if isinstance(siblings, bool) or not isinstance(siblings, (int, np.integer)) or siblings < 1:
         raise ValueError(f"siblings must be an int >= 1, got {siblings!r}")
-    if candidate is not None:
-        candidate = np.asarray(candidate)
-        if candidate.shape != tok.shape or not np.issubdtype(candidate.dtype, np.integer):
-            raise ValueError(f"candidate must be int[{tok.shape[0]}, {tok.shape[1]}] like the texts, got "
-                             f"{candidate.dtype}{list(candidate.shape)}")
-        if candidate.size and (candidate.min() < 0 or candidate.max() >= siblings):
-            raise ValueError(f"candidate records must lie in [0, siblings={siblings})")
-        candidate = jnp.asarray(candidate, jnp.int32)
+    candidate = _check_candidate(candidate, tok.shape, siblings)
     if decoders.KGW in (decoder.family, draft_decoder.family) and siblings > 1:
         raise ValueError("KGW texts come from one chain: siblings must be 1")
     yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
@@ -371,19 +381,25 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
 
 
 def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths=None, starts=None,
-                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> SynthIDStats:
+                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH, candidate=None) -> SynthIDStats:
     """(g^D_t, g^T_t ∈ {0,1}^m, u_t) and the scored mask of a batch of texts (SynthID).
 
     Args:
       num_layers: m, the number of tournament layers used in generation.
+      candidate: int[B, L] the ``candidate`` record of a multi-draft generation: g^D_t and u_t
+        come from the sibling stream each token was drawn from, so every SynthID detector scores
+        the streams generation used (the records' counterpart of the Oracle). Without it a
+        multi-draft text is scored on the sibling-0 stream (exact, weaker: a sibling c > 0's
+        draft token is unwatermarked there); SynthID has no key-only search over siblings.
       Others: as :func:`gumbel_statistics`.
     """
     if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 1:
         raise ValueError(f"number of SynthID layers m must be a positive int, got {num_layers!r}")
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
+    candidate = _check_candidate(candidate, tok.shape, None)
     gd, gt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
-                                  width=int(context_width), num_layers=int(num_layers))
+                                  width=int(context_width), num_layers=int(num_layers), candidate=candidate)
     prov = statistics_provenance(key, "synthid", int(num_layers), context_width)
     return SynthIDStats(gd, gt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 

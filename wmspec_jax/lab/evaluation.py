@@ -314,10 +314,10 @@ class Family:
       negatives_from_human: the human negatives train the detectors and set
         the thresholds when there are enough of them (the paper's App. D for
         SynthID); otherwise the model negatives do.
-      searches_siblings: its statistics of multi-draft texts search the sibling
-        streams (``options["siblings"]``; with ``options["candidate"]`` the
-        stream each token was drawn from, for the Oracles); False: they score
-        the sibling-0 stream.
+      searches_siblings: its key-only statistics of multi-draft texts search
+        the sibling streams (``options["siblings"]``); False: they score the
+        sibling-0 stream. Either way ``options["candidate"]`` (the records)
+        gives each token's own stream, which the Oracles read.
     """
 
     decoder: str
@@ -347,7 +347,7 @@ def _fit_gumbel(sets, stats, options):
 def _synthid_stats(texts, options):
     return detect.synthid_statistics(texts["tokens"], texts["keys"], options["num_layers"], lengths=texts["lengths"],
                                      starts=texts["starts"], context_width=options["context_width"],
-                                     vocab_size=options["vocab_size"])
+                                     vocab_size=options["vocab_size"], candidate=options.get("candidate"))
 
 
 def _fit_synthid(sets, stats, options):
@@ -396,16 +396,17 @@ def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dic
                  num_resamples: int) -> dict:
     """TPR at 1 % FPR vs length of multi-draft Alg. 1 texts under one chain's detectors (:func:`evaluate`).
 
-    A family that searches siblings scores them on the sibling statistic (``siblings`` streams; the
-    Oracles on the stream each token came from) with the one-chain fits (τ, p, the soft model): the
-    p-values stay exact, as every statistic is uniform under H0, and the FPR on the model negatives
-    scored the same way is reported. Otherwise the texts are scored like one chain's (sibling 0).
+    The Oracles read each token's own stream (the ``candidate`` record). A family that searches
+    siblings scores the texts on the sibling statistic (``siblings`` streams) with the one-chain fits
+    (τ, p, the soft model): the p-values stay exact, as every statistic is uniform under H0, and the
+    FPR on the model negatives scored the same way is reported. Otherwise the key-only detectors
+    score the sibling-0 stream, as one chain's texts.
     """
     siblings = int(texts["siblings"])
     searched = family.searches_siblings and siblings > 1
     opts = {**options, "siblings": siblings if searched else 1}
     stats = family.statistics(texts, opts)
-    oracle_stats = family.statistics(texts, {**opts, "candidate": texts["candidate"]}) if searched else stats
+    oracle_stats = family.statistics(texts, {**opts, "candidate": texts["candidate"]}) if siblings > 1 else stats
     if searched:
         detectors = {k: dataclasses.replace(d, provenance=stats.provenance) for k, d in detectors.items()}
 

@@ -60,8 +60,8 @@ def detection_markdown(out: dict) -> str:
 
 def _multi_draft_markdown(head: str, drafts: str, res: dict) -> str:
     """TPR of multi-draft Alg. 1 texts under one chain's detectors, and their FPR on the model negatives."""
-    how = (f"the draft statistic searches {res['siblings']} sibling streams (the Oracles: each token's own)"
-           if res["searched"] else "scored on the sibling-0 stream, as one chain")
+    how = (f"the draft statistic searches {res['siblings']} sibling streams" if res["searched"] else
+           "the key-only detectors score the sibling-0 stream") + "; the Oracles read each token's own stream"
     fpr = res.get("fpr_model") or {}
     lines = [f"**{head}, multi-draft Alg. 1 (drafts {drafts})**: {res['test_texts']} test texts; {how}", "",
              "| detector | " + " | ".join(f"{n} tokens" for n in res["lengths"])
