@@ -128,7 +128,7 @@ if [ "${CHECK_TESTS:-}" != none ]; then
     tests/models/test_parity.py tests/models/test_attention.py -k "$TESTS" --junitxml="$OUT_DIR/tests.xml"
 fi
 part batch_invariance "$PY" -m benchmarks.batch_invariance --max_new_tokens="$((NEW_TOKENS < 32 ? NEW_TOKENS : 32))" \
-  --output="$OUT_DIR/batch_invariance.json" ${CHECK_INVARIANCE_FLAGS:-}
+  --reduce="$REDUCE" --output="$OUT_DIR/batch_invariance.json" ${CHECK_INVARIANCE_FLAGS:-}
 part memory_7b "$PY" -m benchmarks.bench_sharding --parts=memory,gpu --json="$OUT_DIR/memory_7b.json"
 if [ "${CHECK_PAPER_MORE_RUNS:-}" != none ]; then
   part paper_scale_more "$PY" -m benchmarks.bench_paper_scale ${CHECK_PAPER_MORE_RUNS:---preset=table_rest} \

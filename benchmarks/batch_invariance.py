@@ -14,7 +14,7 @@ round differently for different batch shapes makes rows differ wherever a
 sampler is sensitive to the last bits of the distribution.
 
   python -m benchmarks.batch_invariance                   # this device
-  python -m benchmarks.batch_invariance --num_prompts=4 --max_new_tokens=8
+  python -m benchmarks.batch_invariance --num_prompts=4 --max_new_tokens=8 --reduce=16   # a CPU
 
 Writes ``--output`` (JSON) atomically.
 """
@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
+from benchmarks import shapes
 from wmspec_jax import decoders, prf, speculative, storage
 from wmspec_jax.models import draft as draft_lib
 from wmspec_jax.models import protocol, transformer
@@ -36,6 +37,7 @@ flags.DEFINE_integer("prompt_length", 16, "random prompt tokens")
 flags.DEFINE_integer("max_new_tokens", 32, "generated tokens per row")
 flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "params dtypes")
 flags.DEFINE_list("decoders", ["gumbel", "synthid"], "watermark decoders")
+flags.DEFINE_integer("reduce", 1, "divide the target's width, depth and vocabulary by this (CPU runs)", lower_bound=1)
 flags.DEFINE_string("output", "results/batch_invariance.json", "JSON output")
 FLAGS = flags.FLAGS
 
@@ -45,11 +47,11 @@ TARGET = TransformerConfig(family="llama", vocab_size=32000, hidden_size=768, in
                            tie_word_embeddings=False, rms_norm_eps=1e-6)
 
 
-def _setting(dtype_name: str, decoder_name: str, prompts, lengths, keys, rngs) -> dict:
+def _setting(config: TransformerConfig, dtype_name: str, decoder_name: str, prompts, lengths, keys, rngs) -> dict:
     dtype = jnp.dtype(dtype_name)
-    params = transformer.init_params(TARGET, jax.random.key(0), dtype=dtype, scale=0.05)
-    target = protocol.make_language_model(TARGET, name="llama-68m-shaped", dtype=dtype)
-    draft = protocol.make_language_model(TARGET.select_layers([0]), name="draft", dtype=dtype)
+    params = transformer.init_params(config, jax.random.key(0), dtype=dtype, scale=0.05)
+    target = protocol.make_language_model(config, name="llama-68m-shaped", dtype=dtype)
+    draft = protocol.make_language_model(config.select_layers([0]), name="draft", dtype=dtype)
     draft_params = draft_lib.draft_params(params, [0])
     config = speculative.SpeculativeConfig(method="pseudorandom", decoder=decoders.WatermarkDecoder(decoder_name, 30),
                                            lookahead=3, max_new_tokens=FLAGS.max_new_tokens, temperature=1.0)
@@ -84,18 +86,19 @@ def _setting(dtype_name: str, decoder_name: str, prompts, lengths, keys, rngs) -
 def main(argv):
     del argv
     rng = np.random.default_rng(0)
+    config = shapes.reduce(TARGET, FLAGS.reduce)
     n, p = FLAGS.num_prompts, FLAGS.prompt_length
-    prompts = rng.integers(0, TARGET.vocab_size, size=(n, p)).astype(np.int32)
+    prompts = rng.integers(0, config.vocab_size, size=(n, p)).astype(np.int32)
     lengths = np.full(n, p, np.int32)
     keys = np.asarray(prf.stream_keys([f"batch-invariance-{i}" for i in range(n)]))
     rngs = jax.random.split(jax.random.key(0), n)
     device = jax.devices()[0]
     out = {"device": device.device_kind, "backend": jax.default_backend(), "max_new_tokens": FLAGS.max_new_tokens,
-           "settings": []}
+           "reduce": FLAGS.reduce, "settings": []}
     print(f"device {device.device_kind}: {n} rows, Alg. 1, K = 3, {FLAGS.max_new_tokens} new tokens")
     for dtype_name in FLAGS.dtypes:
         for decoder_name in FLAGS.decoders:
-            row = _setting(dtype_name, decoder_name, prompts, lengths, keys, rngs)
+            row = _setting(config, dtype_name, decoder_name, prompts, lengths, keys, rngs)
             out["settings"].append(row)
             print(f"  {dtype_name:9s} {decoder_name:8s} rows differing batched vs alone: "
                   f"{row['rows_differing_batched_vs_alone']}/{n} (first at {row['first_difference_at_new_token']}); "

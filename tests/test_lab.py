@@ -232,9 +232,8 @@ def test_multi_draft_shapes_run_next_to_one_chain(tmp_path):
     """--draft_trees: the speed table gets standard and Alg. 1 rows per shape (a tree only at its depth) and
     the Alg. 1 check per shape; the detection experiment scores multi-draft Alg. 1 texts with one chain's
     detectors over their sibling streams (exact p-values: the FPR on the negatives is reported)."""
-    s = lab.Settings(target="toy", draft="toy", num_prompts=4, num_detection_texts=8, num_detection_train=4,
-                     max_new_tokens=12, batch_size=4, lookaheads=(2, 3), detect_lookahead=2, draft_trees=("2d", "2x2x1"),
-                     synthid_layers=4, tpr_lengths=(4, 8), num_resamples=20, max_prompt_tokens=128, secret=SECRET)
+    # SMALL's sizes: the one-chain detection runs reuse the pipeline fixture's compiled programs
+    s = dataclasses.replace(SMALL, lookaheads=(2, 3), draft_trees=("2d", "2x2x1"), tpr_lengths=(4, 8))
     names = [r.name for r in lab.speed_runs(s) if r.decoder == "gumbel"]
     assert names == ["basic-gumbel-K0-T0.5"] + [f"{m}-gumbel-K{k}-T0.5{d}" for k, shapes in
                                                 ((2, ("", "-D2d")), (3, ("", "-D2d", "-D2x2x1")))
@@ -251,10 +250,10 @@ def test_multi_draft_shapes_run_next_to_one_chain(tmp_path):
     assert multi["siblings"] == 2 and multi["run"] == "pseudorandom-gumbel-K2-T0.5-D2d"
     assert multi["candidate"].max() == 1 and multi["candidate"][multi["source"] != speculative.SOURCE_DRAFT].max() == 0
     res = evaluation.evaluate("gumbel", t, lengths=s.tpr_lengths, roc_length=8, vocab_size=session.pair.vocab_size,
-                              context_width=4, num_resamples=20, multi_draft=t["multi"])
+                              context_width=4, num_resamples=s.num_resamples, multi_draft=t["multi"])
     md = res["multi_draft"]["2d"]
     assert md["searched"] and md["lengths"] == [4, 8] and {"Ars-tau", "Ars-Prior", "Oracle", "soft (ours)"} <= set(md["tpr"])
-    assert all(r["negatives"] == 4 for r in md["fpr_model"].values())
+    assert all(r["negatives"] == SMALL.num_detection_texts - SMALL.num_detection_train for r in md["fpr_model"].values())
     block = lab.tables._multi_draft_markdown("Gumbel-max", "2d", md)
     assert "searches 2 sibling streams" in block and "FPR on model at 8" in block
 
