@@ -270,7 +270,7 @@ def _siblings_of(fv, record: dict, where: str, decoder: str, default: int) -> in
 
 def _recorded_candidate(record: dict, where: str, ids: list, recorded_ids: Optional[list]) -> Optional[list]:
     """A multi-draft line's sibling of each token (``candidate``), when the line also records the token
-    ids scored and names a sibling other than 0; None otherwise (the sibling streams are then searched)."""
+    ids scored; None otherwise (the sibling streams are then searched)."""
     cand = record.get("candidate")
     if cand is None or recorded_ids is None:
         return None
@@ -280,7 +280,7 @@ def _recorded_candidate(record: dict, where: str, ids: list, recorded_ids: Optio
             isinstance(c, int) and not isinstance(c, bool) and 0 <= c < high for c in cand):
         raise InputError(f"{where}: field 'candidate' must list one sibling index in [0, {high}) per token of "
                          "'tokens'")
-    return cand if any(cand) else None
+    return cand
 
 
 def _check_provenance(fv, record: dict, where: str, secret) -> None:
