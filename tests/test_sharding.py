@@ -150,7 +150,7 @@ SCRIPT = textwrap.dedent(
             p, dp = sharding.shard_params(params, cfg, mesh), sharding.shard_params(dparams, dcfg, mesh)
             args = sharding.shard_batch(batch, mesh)
         out = {}
-        for method in ("pseudorandom", "standard"):
+        for method in ("pseudorandom",):  # standard on a mesh: tests/models/test_draft_sharding.py
             c = speculative.SpeculativeConfig(method=method, decoder=decoders.WatermarkDecoder("gumbel"),
                                               lookahead=2, max_new_tokens=8)
             r = speculative.generate(t, p, *args, c, draft=d, draft_params=dp)
@@ -173,7 +173,7 @@ SCRIPT = textwrap.dedent(
     for spec in ("data=2,model=4", "data=1,model=8"):
         got = run(sharding.make_mesh(spec))
         got["logit_diff"] = float(np.abs(got.pop("logits") - ref["logits"]).max())
-        for m in ("pseudorandom", "standard"):
+        for m in ("pseudorandom",):
             got[m + "_same"] = got.pop(m) == ref[m]
         report[spec] = got
     report["ref_distinct_tokens"] = len(set(np.ravel(ref["pseudorandom"])))
@@ -217,11 +217,11 @@ def eight_device_report():
 
 @pytest.mark.parametrize("spec", ["data=2,model=4", "data=1,model=8"])
 def test_meshes_give_the_one_device_tokens(eight_device_report, spec):
-    """Bit-identical tokens for pseudorandom and standard; logits within 1e-5 (float32
+    """Bit-identical Alg. 1 tokens; logits within 1e-5 (float32
     reassociation in the sharded contractions)."""
     got = eight_device_report[spec]
     assert eight_device_report["ref_distinct_tokens"] > 30  # the comparison is not vacuous
-    assert got["pseudorandom_same"] and got["standard_same"]
+    assert got["pseudorandom_same"]
     assert got["logit_diff"] < 1e-5
     data = int(spec.split(",")[0].split("=")[1])
     assert got["pseudorandom_sharding"] == (["data"] if data > 1 else [])
