@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_accelerator_check_runs_on_the_cpu_at_reduced_shapes(tmp_path):
     env = dict(os.environ, CHECK_REDUCE="32", CHECK_REPEATS="1", CHECK_NEW_TOKENS="4", CHECK_LAYERS="1",
                CHECK_PAPER_RUNS="--pairs=llama2 --methods=plain", CHECK_PAPER_MORE_RUNS="none",
-               CHECK_DECODE_FLAGS="--capacities=64,256 --filled=16 --steps=2",
+               CHECK_DECODE_FLAGS="--capacities=64 --filled=16 --steps=2",
                CHECK_INVARIANCE_FLAGS="--num_prompts=2 --dtypes=float32 --decoders=gumbel",
                CHECK_TESTS="float64_reference and 64 and 5-None", CHECK_TIMEOUT="300")
     done = subprocess.run(["bash", os.path.join(ROOT, "benchmarks", "accelerator_check.sh"), str(tmp_path)],
@@ -25,7 +25,7 @@ def test_accelerator_check_runs_on_the_cpu_at_reduced_shapes(tmp_path):
     labels = {row["label"] for row in report["paper_scale"]["rows"]}
     assert labels == {"llama2/plain/K0/gumbel/b1"}
     assert all(row["step_over_floor"] > 0 and row["compile_s"] > 0 for row in report["paper_scale"]["rows"])
-    assert {"ours@64", "minimal@64", "rolled@64", "ours@256"} <= set(report["decode_step"]["ms_per_step"])
+    assert {"ours@64", "minimal@64", "rolled@64"} <= set(report["decode_step"]["ms_per_step"])
     assert report["memory_7b"]["memory_7b"]["llama2-7b"][0]["params"] > 6.7e9
     assert report["batch_invariance"]["settings"][0]["rows"] == 2
     assert report["tests"] and all(t["outcome"] == "passed" for t in report["tests"])

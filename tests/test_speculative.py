@@ -239,7 +239,7 @@ def test_pseudorandom_is_a_function_of_key_and_prompt():
     clean = np.asarray(a.watermarked[:, 6:26]).all(1) & np.asarray(b.watermarked[:, 6:26]).all(1)
     assert clean.sum() > 150
     assert np.array_equal(np.asarray(a.tokens)[clean], np.asarray(b.tokens)[clean])
-    for method in ("hu", "dathathri", "standard"):  # true-random acceptance
+    for method in ("hu", "standard"):  # true-random acceptance (with and without watermarked drafts)
         a, b = go(method, 0), go(method, 1)
         assert not np.array_equal(np.asarray(a.tokens), np.asarray(b.tokens)), method
 
