@@ -243,13 +243,13 @@ def test_multi_draft_shapes_run_next_to_one_chain(tmp_path):
             for (k, m, d, a) in ((0, "basic", "1", 1.0), (2, "standard", "1", 1.5), (2, "pseudorandom", "1", 1.52),
                                  (2, "standard", "2d", 1.7), (2, "pseudorandom", "2d", 2.0))]
     assert lab.speculative_checks(rows)["aatps_matches_standard"] == {"gumbel-K2": True, "gumbel-K2-D2d": False}
-    session = lab.Session(s, str(tmp_path))
-    t = lab.detection_texts(session, "gumbel")
+    harness = lab.Session(s, str(tmp_path))
+    t = lab.detection_texts(harness, "gumbel")
     assert list(t["multi"]) == ["2d"]  # the tree's depth is 3, not --detect_lookahead
     multi = t["multi"]["2d"]
     assert multi["siblings"] == 2 and multi["run"] == "pseudorandom-gumbel-K2-T0.5-D2d"
     assert multi["candidate"].max() == 1 and multi["candidate"][multi["source"] != speculative.SOURCE_DRAFT].max() == 0
-    res = evaluation.evaluate("gumbel", t, lengths=s.tpr_lengths, roc_length=8, vocab_size=session.pair.vocab_size,
+    res = evaluation.evaluate("gumbel", t, lengths=s.tpr_lengths, roc_length=8, vocab_size=harness.pair.vocab_size,
                               context_width=4, num_resamples=s.num_resamples, multi_draft=t["multi"])
     md = res["multi_draft"]["2d"]
     assert md["searched"] and md["lengths"] == [4, 8] and {"Ars-tau", "Ars-Prior", "Oracle", "soft (ours)"} <= set(md["tpr"])

@@ -1,7 +1,7 @@
 """Fig. 2 (TPR at 1 % FPR vs length) and Fig. 5 (ROC) for Alg. 1 with each decoder
 (``experiments/detection.py``; protocol in :mod:`wmspec_jax.lab.evaluation`).
 
-Outputs under the session's directory: ``detection.json`` / ``.csv``,
+Outputs under the experiment's output directory: ``detection.json`` / ``.csv``,
 ``tpr_vs_length.png``, ``roc.png`` and the fitted detectors
 ``detectors/*.npz`` (key-free, with their provenance), which
 ``wmspec-detect --detector=PATH`` and the robustness experiment reuse.
@@ -35,7 +35,7 @@ def detection_runs(s: Settings, decoder: str) -> tuple:
             runs.RunSpec("plain", decoder, 0, t, s.synthid_layers))
 
 
-def detection_texts(session: Session, decoder: str, multi_draft: bool = True) -> dict:
+def detection_texts(harness: Session, decoder: str, multi_draft: bool = True) -> dict:
     """The detection experiment's texts of one decoder (generated where missing).
 
     Returns:
@@ -49,43 +49,43 @@ def detection_texts(session: Session, decoder: str, multi_draft: bool = True) ->
       at K = ``detect_lookahead``), keyed with its own run's keys, with
       ``siblings`` and ``run`` (empty with ``multi_draft=False``).
     """
-    s = session.settings
+    s = harness.settings
     pos_run, neg_run = detection_runs(s, decoder)
-    pos = session.records(pos_run, s.num_detection_texts, s.detection_rows)
-    neg = session.records(neg_run, s.num_detection_texts, s.detection_rows)
+    pos = harness.records(pos_run, s.num_detection_texts, s.detection_rows)
+    neg = harness.records(neg_run, s.num_detection_texts, s.detection_rows)
     (ptr, pte), (ntr, nte) = (evaluation.split_train_test(r, s.num_detection_train) for r in (pos, neg))
 
     def texts(recs):  # every text is scored under the positive run's key of its index
-        return evaluation.texts_from_records(recs, session.prompts,
-                                             session.keys_for(pos_run, [r["index"] for r in recs]))
+        return evaluation.texts_from_records(recs, harness.prompts,
+                                             harness.keys_for(pos_run, [r["index"] for r in recs]))
 
     t = {"ptr": texts(ptr), "pte": texts(pte), "ntr": texts(ntr), "nte": texts(nte), "runs": (pos_run, neg_run),
          "multi": {}}
     for shape in s.shapes_at(s.detect_lookahead) if multi_draft else []:
         run = dataclasses.replace(pos_run, drafts=shape)
-        _, test = evaluation.split_train_test(session.records(run, s.num_detection_texts, s.detection_rows),
+        _, test = evaluation.split_train_test(harness.records(run, s.num_detection_texts, s.detection_rows),
                                               s.num_detection_train)
-        part = evaluation.texts_from_records(test, session.prompts, session.keys_for(run, [r["index"] for r in test]))
+        part = evaluation.texts_from_records(test, harness.prompts, harness.keys_for(run, [r["index"] for r in test]))
         t["multi"][shape] = {**part, "siblings": run.siblings, "run": run.name}
     p_draft = detect.draft_fraction(t["ptr"]["source"], t["ptr"]["source"] >= 0)
     rng = jax.random.key(s.seed + 7)
-    human_ids = session.human_token_ids(s.num_detection_texts)
+    human_ids = harness.human_token_ids(s.num_detection_texts)
     for name, part in (("htr", ptr), ("hte", pte)):
         idx = evaluation.with_human(human_ids, [r["index"] for r in part])
-        t[name] = (evaluation.texts_from_human(session.prompts, session.prompt_lengths, human_ids, idx,
-                                               session.keys_for(pos_run, idx), p_draft,
+        t[name] = (evaluation.texts_from_human(harness.prompts, harness.prompt_lengths, human_ids, idx,
+                                               harness.keys_for(pos_run, idx), p_draft,
                                                jax.random.fold_in(rng, len(name)))
                    if idx else None)
     return t
 
 
-def run_detection(session: Session) -> dict:
+def run_detection(harness: Session) -> dict:
     """Fig. 2 (TPR at 1 % FPR vs length) and Fig. 5 (ROC) for both decoders; FPR on model and human negatives."""
-    s, pair = session.settings, session.pair
+    s, pair = harness.settings, harness.pair
     out = {"settings": s.public(), "pair": pair.name}
-    detector_dir = os.path.join(session.output_dir, DETECTORS_DIR)
+    detector_dir = os.path.join(harness.output_dir, DETECTORS_DIR)
     for dec in (GUMBEL, SYNTHID):
-        t = detection_texts(session, dec)
+        t = detection_texts(harness, dec)
         pos_run, neg_run = t["runs"]
         log(f"detection: scoring {dec} ({sum(len(t[k]['indices']) for k in ('ptr', 'pte'))} watermarked, "
             f"{sum(len(t[k]['indices']) for k in ('ntr', 'nte'))} unwatermarked, "
@@ -99,7 +99,7 @@ def run_detection(session: Session) -> dict:
             res["multi_draft"][shape]["run"] = part["run"]
         res.update(positives=pos_run.name, negatives_run=neg_run.name, temperature=pos_run.temperature)
         out[dec] = res
-    storage.atomic_write_json(os.path.join(session.output_dir, "detection.json"), out)
+    storage.atomic_write_json(os.path.join(harness.output_dir, "detection.json"), out)
     rows = []
     for dec in (GUMBEL, SYNTHID):
         for drafts, res in [("1", out[dec])] + list(out[dec].get("multi_draft", {}).items()):
@@ -107,9 +107,9 @@ def run_detection(session: Session) -> dict:
                 for length, est in zip(res["lengths"], curve):
                     rows.append({"decoder": dec, "drafts": drafts, "detector": name, "tokens": length,
                                  "tpr": est["value"], "tpr_lower": est["lower"], "tpr_upper": est["upper"]})
-    write_csv(os.path.join(session.output_dir, "detection.csv"), rows)
-    plot_detection(out, os.path.join(session.output_dir, "tpr_vs_length.png"),
-                   os.path.join(session.output_dir, "roc.png"))
+    write_csv(os.path.join(harness.output_dir, "detection.csv"), rows)
+    plot_detection(out, os.path.join(harness.output_dir, "tpr_vs_length.png"),
+                   os.path.join(harness.output_dir, "roc.png"))
     return out
 
 

@@ -246,37 +246,37 @@ def cell_id(decoder: str, kind: str, rate: float) -> str:
     return f"{decoder}/{kind}/{rate:g}"
 
 
-def run_robustness(session: Session, rs: RobustnessSettings = RobustnessSettings(), *, detection=None) -> dict:
-    """Runs (or resumes) the robustness experiment in the session's directory; returns the summary.
+def run_robustness(harness: Session, rs: RobustnessSettings = RobustnessSettings(), *, detection=None) -> dict:
+    """Runs (or resumes) the robustness experiment in the harness's directory; returns the summary.
 
-    ``detection``: the detection experiment's result on the same session
+    ``detection``: the detection experiment's result on the same harness
     (:func:`run_detection`); run here when not given (it also saves the
     fitted detectors this experiment loads).
     """
-    s, pair = session.settings, session.pair
-    out_dir = session.output_dir
+    s, pair = harness.settings, harness.pair
+    out_dir = harness.output_dir
     if detection is None:
-        detection = saved_detection(session)
+        detection = saved_detection(harness)
         if detection is None:
-            detection = run_detection(session)
+            detection = run_detection(harness)
         else:
             log("robustness: reusing detection.json and the detectors it saved (same settings and secret)")
     detector_dir = os.path.join(out_dir, DETECTORS_DIR)
     store = storage.JsonlStore(os.path.join(out_dir, CELLS))
-    pool = human_pool(session) if "mix" in rs.edits else None
-    width = int(session.prompts.shape[1]) + 2 * s.max_new_tokens + 1  # insertion at most doubles a text
+    pool = human_pool(harness) if "mix" in rs.edits else None
+    width = int(harness.prompts.shape[1]) + 2 * s.max_new_tokens + 1  # insertion at most doubles a text
     todo = [(d, e, r) for d in (GUMBEL, SYNTHID) for e in rs.edits for r in rs.rates
             if not _complete(store, cell_id(d, e, r), s, rs)]
     log(f"robustness: {len(todo)} of {2 * len(rs.edits) * len(rs.rates)} cells to compute")
     progress = storage.Progress(len(todo), "robustness") if todo else None
     summary = {"settings": s.public(), "robustness": dataclasses.asdict(rs), "pair": pair.name, "decoders": {}}
     for di, dec in enumerate((GUMBEL, SYNTHID)):
-        t = detection_texts(session, dec, multi_draft=False)
+        t = detection_texts(harness, dec, multi_draft=False)
         pos_run, neg_run = t["runs"]
         brun = basic_run(s, dec)
-        _, basic_test = evaluation.split_train_test(session.records(brun, s.num_detection_texts, s.detection_rows),
+        _, basic_test = evaluation.split_train_test(harness.records(brun, s.num_detection_texts, s.detection_rows),
                                                     s.num_detection_train)
-        sets = {"alg1": t["pte"], "basic": _texts_of(session, brun, basic_test)}
+        sets = {"alg1": t["pte"], "basic": _texts_of(harness, brun, basic_test)}
         provenance = detect.streams.statistics_provenance(
             t["ptr"]["keys"], dec, WatermarkDecoder.from_name(dec, s.synthid_layers).num_layers,
             prf.DEFAULT_CONTEXT_WIDTH)
@@ -305,7 +305,7 @@ def run_robustness(session: Session, rs: RobustnessSettings = RobustnessSettings
     cells = {cell_id(d, e, r): store.records[cell_id(d, e, r)] for d in (GUMBEL, SYNTHID) for e in rs.edits
              for r in rs.rates}
     summary["cells"] = {k: {kk: vv for kk, vv in v.items() if kk != "settings"} for k, v in cells.items()}
-    summary["zero_edit_check"] = zero_edit_check(summary, detection, session)
+    summary["zero_edit_check"] = zero_edit_check(summary, detection, harness)
     storage.atomic_write_json(os.path.join(out_dir, "robustness.json"), summary)
     write_csv(os.path.join(out_dir, "robustness.csv"), csv_rows(summary))
     storage.atomic_write_text(os.path.join(out_dir, "robustness.md"), robustness_markdown(summary) + "\n")
@@ -347,12 +347,12 @@ def _complete(store, cid: str, s: Settings, rs: RobustnessSettings) -> bool:
     return rec is not None and rec.get("settings") == _fingerprint(s, rs) and "sets" in rec
 
 
-def zero_edit_check(summary: dict, detection: dict, session: Session) -> dict:
+def zero_edit_check(summary: dict, detection: dict, harness: Session) -> dict:
     """Gumbel detectors: TPR of the Alg. 1 texts at 0 % edits here vs ``detection.json`` at the full length."""
     out = {}
     if 0.0 not in summary["robustness"]["rates"]:
         return {"compared": False, "why": "0 is not among --edit_rates"}
-    t = detection_texts(session, GUMBEL, multi_draft=False)["pte"]
+    t = detection_texts(harness, GUMBEL, multi_draft=False)["pte"]
     full = int(np.max(t["lengths"] - t["starts"]))
     res = detection[GUMBEL]
     if full not in res["lengths"] or int(np.min(t["lengths"] - t["starts"])) != full:
