@@ -13,7 +13,8 @@ Families: Llama-2 / Llama-3.x, Mistral, Qwen2 / Qwen2.5, Qwen3, Gemma, Gemma-2.
 * :mod:`~wmspec_jax.models.partitioning` — Megatron-style layout on a (data, model) mesh.
 * :mod:`~wmspec_jax.models.hf` — local Hugging Face checkpoints: ``load_checkpoint``,
   ``load_pair``, ``check_compatible``, stop tokens.
-* :mod:`~wmspec_jax.models.gguf_loader`, :mod:`~wmspec_jax.models.tokenizer` — llama.cpp GGUF files.
+* :mod:`~wmspec_jax.models.gguf_file`, :mod:`~wmspec_jax.models.gguf_loader`, :mod:`~wmspec_jax.models.tokenizer` — llama.cpp
+  GGUF files (read, converted, tokenizer rebuilt).
 * :mod:`~wmspec_jax.models.builtin` — the built-in SmolLM2-135M-Instruct target and its draft.
 * :mod:`~wmspec_jax.models.draft` — self-speculative drafts (layer subset + LoRA adapters).
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax.models.config import TransformerConfig, UnsupportedModelError
+from wmspec_jax.models.gguf_file import GGUFFile, read_gguf
 from wmspec_jax.models.hf import CheckpointError
 from wmspec_jax.models.transformer import layer_shapes
 
@@ -46,26 +47,17 @@ def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def _field(reader, key, default=None):
-    field = reader.fields.get(key)
-    if field is None:
-        if default is not None:
-            return default
-        raise CheckpointError(f"GGUF metadata key {key!r} is missing")
-    return field.contents()
+def _field(reader: GGUFFile, key, default=None):
+    return reader.field(key, default)
 
 
-def open_gguf(path: str | os.PathLike):
-    """A ``gguf.GGUFReader`` (memory-mapped), with a clear error if the file is absent."""
-    import gguf
-
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise CheckpointError(f"GGUF file {path!r} does not exist")
-    return gguf.GGUFReader(path)
+def open_gguf(path: str | os.PathLike) -> GGUFFile:
+    """The file's metadata and memory-mapped tensors (:mod:`~wmspec_jax.models.gguf_file`);
+    a clear error if the file is absent or not GGUF."""
+    return read_gguf(path)
 
 
-def config_from_gguf(reader) -> TransformerConfig:
+def config_from_gguf(reader: GGUFFile) -> TransformerConfig:
     """Reads the llama.* metadata into a TransformerConfig."""
     arch = _field(reader, "general.architecture")
     if arch != "llama":
@@ -78,7 +70,7 @@ def config_from_gguf(reader) -> TransformerConfig:
     names = {t.name for t in reader.tensors}
     return TransformerConfig(
         family="llama",
-        vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data),
+        vocab_size=len(reader.field("tokenizer.ggml.tokens")),
         hidden_size=hidden,
         intermediate_size=int(_field(reader, "llama.feed_forward_length")),
         num_layers=int(_field(reader, "llama.block_count")),
@@ -94,7 +86,7 @@ def config_from_gguf(reader) -> TransformerConfig:
     )
 
 
-def params_from_gguf(reader, config: TransformerConfig, dtype=jnp.float32) -> dict:
+def params_from_gguf(reader: GGUFFile, config: TransformerConfig, dtype=jnp.float32) -> dict:
     """Dequantises every tensor into a params pytree of ``dtype``."""
     from gguf.quants import dequantize
 

@@ -56,7 +56,7 @@ def tokenizer_from_gguf(reader):
         pad_token=token_of("tokenizer.ggml.padding_token_id"),
         additional_special_tokens=[s for s in specials],
     )
-    template = reader.fields.get("tokenizer.chat_template")
+    template = reader.metadata.get("tokenizer.chat_template")
     if template is not None:
-        fast.chat_template = template.contents()
+        fast.chat_template = template
     return fast
