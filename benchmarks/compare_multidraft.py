@@ -1,17 +1,25 @@
 r"""Multi-draft Alg. 1 against one chain on an exact toy pair: tokens per step and detection power.
 
-For each draft shape (one chain, n chains, a tree; siblings independent or distinct) it generates
-``--num_texts`` texts with Alg. 1 (Gumbel-max) on the Markov toy pair (``wmspec_jax.toy``, V =
-``--vocab_size``), each under its own key, and reports
+For each decoder (Gumbel-max; SynthID with ``--synthid_layers``) and draft shape (one chain, n
+chains, a tree; siblings independent or distinct) it generates ``--num_texts`` texts with Alg. 1 on
+the Markov toy pair (``wmspec_jax.toy``, V = ``--vocab_size``), each under its own key, and reports
 
 * tokens per step (AATPS);
-* TPR at 1 % FPR from exact Gamma p-values of: the Oracle reading the records (source, and the
-  ``candidate`` record naming each draft token's sibling stream); the Oracle with sibling 0's
-  stream only (what a detector without the candidate record sees); Ars-τ (τ = 1/2, key only), whose
-  draft statistic for a multi-draft text is (max over the sibling streams)^siblings;
-* Ars-τ's FPR on the same texts scored with other keys (the null).
+* TPR at 1 % FPR from exact p-values of one key-only detector (Gumbel-max: Ars-τ with τ = 1/2;
+  SynthID: the mean g-value of both streams) on four statistics of the same texts: each token in the
+  sibling stream its ``candidate`` record names (``records``); sibling 0's stream only
+  (``sibling0``); the search over the sibling streams with the default weights w_c ∝ 4^-c
+  (``searched``) and with equal weights (``searched_equal``);
+* Gumbel-max's Oracle (records: source and candidate);
+  with each statistic's median log10 p-value (the TPR saturates on long texts);
+* the FPR of the default search on the same texts scored with other keys (the null).
+
+``--pair=builtin`` runs the same on the built-in pair (SmolLM2-135M-Instruct and its draft) with
+``--num_texts`` held-out built-in questions at ``--temperature``.
 
   python -m benchmarks.compare_multidraft --num_texts=1500 --max_new_tokens=4 --output=/tmp/multidraft.json
+  python -m benchmarks.compare_multidraft --pair=builtin --num_texts=64 --max_new_tokens=64 --lookahead=3 \
+      --draft_trees=1,3,3d --synthid_layers=30 --output=/tmp/multidraft_builtin.json
 
 Writes ``--output`` (JSON) atomically and prints a table.
 """
@@ -22,58 +30,104 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import multidraft, prf, speculative, storage, toy
-from wmspec_jax.detect import gumbel, streams
+from wmspec_jax import decoders, multidraft, prf, speculative, storage, toy
+from wmspec_jax.detect import gumbel, streams, synthid
 
-flags.DEFINE_integer("num_texts", 1500, "texts per draft shape", lower_bound=100)
+flags.DEFINE_enum("pair", "toy", ["toy", "builtin"], "model pair: the Markov toy pair or the built-in pair")
+flags.DEFINE_integer("num_texts", 1500, "texts per draft shape", lower_bound=16)
+flags.DEFINE_float("temperature", 1.0, "sampling temperature", lower_bound=0.0)
 flags.DEFINE_integer("max_new_tokens", 4, "tokens per text (short: the TPRs then differ)", lower_bound=1)
 flags.DEFINE_integer("vocab_size", 64, "toy vocabulary", lower_bound=4)
 flags.DEFINE_float("tv", 0.3, "total variation between the toy draft and target")
 flags.DEFINE_integer("lookahead", 2, "K", lower_bound=1)
 flags.DEFINE_list("draft_trees", ["1", "2", "3", "3d", "3x2"], "draft shapes: n, n + 'd' (distinct), b1xb2...")
+flags.DEFINE_list("decoders", ["gumbel", "synthid"], "watermark decoders")
+flags.DEFINE_integer("synthid_layers", 8, "SynthID's m", lower_bound=1)
 flags.DEFINE_string("output", "results/compare_multidraft.json", "JSON output")
 FLAGS = flags.FLAGS
+
+VARIANTS = ("records", "sibling0", "searched", "searched_equal")
+
+
+def _statistics(decoder, toks, keys, siblings: int, variant: str, candidate, texts):
+    kw = {"records": dict(siblings=siblings, candidate=candidate), "sibling0": {},
+          "searched": dict(siblings=siblings),
+          "searched_equal": dict(siblings=siblings, sibling_weights=[1.0] * siblings)}[variant]
+    return streams.statistics(decoder, toks, keys, **texts, **kw)
+
+
+def _pvalues(decoder, stats):
+    if decoder.family == decoders.SYNTHID:
+        return np.asarray(synthid.mean_test(synthid.both_g(stats), stats.mask).pvalue)
+    return np.asarray(gumbel.score_ars_tau(stats, 0.5).pvalue)
+
+
+def _pair(n: int):
+    """(target, target params, draft, draft params, vocabulary, prompts int[n, P], prompt lengths int[n])."""
+    if FLAGS.pair == "builtin":
+        from wmspec_jax.lab import data, pairs
+
+        pair = pairs.load_pair("builtin", "builtin")
+        questions = data.load_prompt_set("builtin-eli5").take(n, seed=7).prompts
+        prompts, lengths = pairs.encode_prompts(pair, questions, "question", 64)
+        return pair.target, pair.target_params, pair.draft, pair.draft_params, pair.vocab_size, prompts, lengths
+    v = FLAGS.vocab_size
+    p_tab, q_tab = toy.markov_pair(v, FLAGS.tv, seed=5)
+    model = toy.markov_model(v)
+    prompts = np.random.default_rng(0).integers(0, v, size=(n, 6))
+    return model, toy.log_table(p_tab), model, toy.log_table(q_tab), v, prompts, np.full(n, 6)
 
 
 def main(argv):
     del argv
-    v, n = FLAGS.vocab_size, FLAGS.num_texts
-    p_tab, q_tab = toy.markov_pair(v, FLAGS.tv, seed=5)
-    model, tp, dp = toy.markov_model(v), toy.log_table(p_tab), toy.log_table(q_tab)
-    prompts = np.random.default_rng(0).integers(0, v, size=(n, 6))
+    n = FLAGS.num_texts
+    target, tp, draft, dp, v, prompts, prompt_lengths = _pair(n)
     keys = prf.stream_keys([f"k{i}" for i in range(n)])
     other = prf.stream_keys([f"o{i}" for i in range(n)])
-    tpr = lambda scores: float((np.asarray(scores.pvalue) < 0.01).mean())  # noqa: E731
+    rate = lambda p: float((np.asarray(p) < 0.01).mean())  # noqa: E731
     rows = []
-    for text in FLAGS.draft_trees:
-        kw = multidraft.parse_shape(text)
-        siblings = max(kw.get("draft_tree") or (kw.get("num_drafts", 1),))
-        t0 = time.perf_counter()
-        cfg = speculative.SpeculativeConfig(method="pseudorandom", lookahead=FLAGS.lookahead,
-                                            max_new_tokens=FLAGS.max_new_tokens, **kw)
-        res = speculative.generate(model, tp, prompts, np.full(n, 6), keys, jax.random.key(0), cfg, draft=model,
-                                   draft_params=dp)
-        texts = dict(vocab_size=v, lengths=np.asarray(res.lengths), starts=np.full(n, 6))
-        toks, src = np.asarray(res.tokens), np.asarray(res.source)
-        oracle = streams.gumbel_statistics(toks, keys, siblings=siblings, candidate=np.asarray(res.candidate), **texts)
-        key_only = streams.gumbel_statistics(toks, keys, siblings=siblings, **texts)
-        null = streams.gumbel_statistics(toks, other, siblings=siblings, **texts)
-        rows.append({
-            "draft_shape": text, "settings": {k: list(x) if isinstance(x, tuple) else x for k, x in kw.items()},
-            "siblings": siblings, "tokens_per_step": float(np.mean(res.tokens_per_step_mean())),
-            "tpr_oracle": tpr(gumbel.score_oracle(oracle, src)),
-            "tpr_oracle_sibling0": tpr(gumbel.score_oracle(streams.gumbel_statistics(toks, keys, **texts), src)),
-            "tpr_ars_tau": tpr(gumbel.score_ars_tau(key_only, 0.5)),
-            "fpr_ars_tau": tpr(gumbel.score_ars_tau(null, 0.5)), "seconds": time.perf_counter() - t0})
-    print(f"Alg. 1, Gumbel-max, toy pair V = {v}, TV = {FLAGS.tv}, K = {FLAGS.lookahead}, {n} texts of "
-          f"{FLAGS.max_new_tokens} tokens; TPR / FPR at 1 % (binomial sd ~{np.sqrt(0.25 / n):.3f} at most)")
-    print(f"{'shape':8s} {'tok/step':>8s} {'Oracle':>7s} {'sib-0':>7s} {'Ars-tau':>8s} {'FPR':>6s}")
+    for name in FLAGS.decoders:
+        decoder = decoders.WatermarkDecoder.from_name(name, FLAGS.synthid_layers)
+        for text in FLAGS.draft_trees:
+            kw = multidraft.parse_shape(text)
+            siblings = max(kw.get("draft_tree") or (kw.get("num_drafts", 1),))
+            t0 = time.perf_counter()
+            cfg = speculative.SpeculativeConfig(method="pseudorandom", decoder=decoder, lookahead=FLAGS.lookahead,
+                                                max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature,
+                                                **kw)
+            res = speculative.generate(target, tp, prompts, prompt_lengths, keys, jax.random.key(0), cfg,
+                                       draft=draft, draft_params=dp)
+            texts = dict(vocab_size=v, lengths=np.asarray(res.lengths), starts=np.asarray(prompt_lengths))
+            toks, src, cand = np.asarray(res.tokens), np.asarray(res.source), np.asarray(res.candidate)
+            row = {"decoder": decoder.label, "draft_shape": text,
+                   "settings": {k: list(x) if isinstance(x, tuple) else x for k, x in kw.items()},
+                   "siblings": siblings, "tokens_per_step": float(np.mean(res.tokens_per_step_mean())),
+                   "tpr": {}, "median_log10_p": {}}
+            for variant in VARIANTS:
+                stats = _statistics(decoder, toks, keys, siblings, variant, cand, texts)
+                p = _pvalues(decoder, stats)
+                row["tpr"][variant] = rate(p)
+                row["median_log10_p"][variant] = float(np.median(np.log10(np.maximum(p, 1e-300))))
+                if variant == "records" and decoder.family != decoders.SYNTHID:
+                    row["tpr_oracle"] = rate(gumbel.score_oracle(stats, src).pvalue)
+            row["fpr_searched"] = rate(_pvalues(decoder, _statistics(decoder, toks, other, siblings, "searched",
+                                                                     cand, texts)))
+            row["seconds"] = time.perf_counter() - t0
+            rows.append(row)
+    pair = "built-in pair" if FLAGS.pair == "builtin" else f"toy pair V = {v}, TV = {FLAGS.tv}"
+    print(f"Alg. 1, {pair}, K = {FLAGS.lookahead}, T = {FLAGS.temperature}, {n} texts of at most "
+          f"{FLAGS.max_new_tokens} tokens; TPR / FPR at 1 % (binomial sd ~{np.sqrt(0.25 / n):.3f} at most); "
+          "Gumbel-max: Ars-tau, SynthID: mean test; TPR (median log10 p)")
+    print(f"{'decoder':16s} {'shape':6s} {'tok/step':>8s} {'Oracle':>7s} "
+          + " ".join(f"{v_:>14s}" for v_ in VARIANTS) + f" {'FPR':>6s}")
     for r in rows:
-        print(f"{r['draft_shape']:8s} {r['tokens_per_step']:8.2f} {r['tpr_oracle']:7.3f} {r['tpr_oracle_sibling0']:7.3f} "
-              f"{r['tpr_ars_tau']:8.3f} {r['fpr_ars_tau']:6.3f}")
+        oracle = f"{r['tpr_oracle']:7.3f}" if "tpr_oracle" in r else f"{'-':>7s}"
+        print(f"{r['decoder']:16s} {r['draft_shape']:6s} {r['tokens_per_step']:8.2f} {oracle} "
+              + " ".join(f"{r['tpr'][v_]:6.3f} ({r['median_log10_p'][v_]:5.1f})" for v_ in VARIANTS)
+              + f" {r['fpr_searched']:6.3f}")
     storage.atomic_write_json(FLAGS.output, {
-        "vocab_size": v, "tv": FLAGS.tv, "lookahead": FLAGS.lookahead, "num_texts": n,
-        "max_new_tokens": FLAGS.max_new_tokens, "rows": rows})
+        "pair": FLAGS.pair, "temperature": FLAGS.temperature, "vocab_size": v, "tv": FLAGS.tv, "lookahead": FLAGS.lookahead, "num_texts": n,
+        "max_new_tokens": FLAGS.max_new_tokens, "synthid_layers": FLAGS.synthid_layers, "rows": rows})
     print(f"wrote {FLAGS.output}")
 
 

@@ -316,7 +316,7 @@ def test_multi_draft_answers_are_detected_over_their_sibling_streams(tmp_path, s
                            + [f"--secret_file={secret_file}", "--siblings=3", "--format=json"])
     assert rc == 0, err
     pasted = lines(stdout)
-    assert all(r["provenance"]["siblings"] == 3 and "sibling_streams" not in r for r in pasted)
+    assert all(r["provenance"]["siblings"] == 3 and r["sibling_streams"] == "searched" for r in pasted)
     searched = np.array([r["log10_pvalue"] for r in pasted if r["num_scored"] >= 32])
     print(f"\nmulti-draft answers: log10 p median {np.median(recorded):.1f} (recorded siblings), "
           f"{np.median(searched):.1f} (pasted, 3 streams searched)")

@@ -147,6 +147,32 @@ def test_recorded_token_ids_are_scored_as_they_are(tmp_path, key):
     assert lines(stdout)[0]["detector"]["settings"]["draft_fraction"] == 0.5
 
 
+def test_multi_draft_synthid_lines_are_searched_or_read_from_their_records(tmp_path, key):
+    """A SynthID line with a draft tree is scored over its 3 sibling streams: searched (with the weights
+    used, reported) from tokens and key alone, or each token in its recorded stream; weights that cannot
+    be right are errors, not a quietly different search."""
+    from wmspec_jax.models import builtin
+
+    ids = builtin.builtin_tokenizer().encode(TEXT, add_special_tokens=False)
+    row = {"text": TEXT, "tokens": ids, "decoder": "synthid", "synthid_layers": 30, "draft_tree": [3, 1, 1],
+           "key_derivation": "direct"}
+    path = jsonl(tmp_path / "m.jsonl", [row, {**row, "candidate": [i % 3 for i in range(len(ids))]}])
+    rc, stdout, err = call([path, key, "--format=json"])
+    assert rc == 0, err
+    searched, recorded = lines(stdout)
+    assert searched["sibling_streams"] == "searched" and searched["sibling_weights"] == [0.761905, 0.190476, 0.047619]
+    assert recorded["sibling_streams"] == "recorded" and "sibling_weights" not in recorded
+    assert searched["provenance"]["siblings"] == recorded["provenance"]["siblings"] == 3
+    assert 0 < searched["pvalue"] <= 1 and searched["verdict"] == "not detected"  # human text
+    rc, stdout, err = call([path, key, "--format=json", "--sibling_weights=1,1,1"])
+    assert rc == 0 and lines(stdout)[0]["sibling_weights"] == [0.333333] * 3, err
+    for flag, message in [("--sibling_weights=1,1", "searches 3 sibling streams; --sibling_weights gives 2"),
+                          ("--sibling_weights=1,0,1", "must be positive numbers"),
+                          ("--sibling_weights=1,x,1", "must be numbers")]:
+        rc, stdout, err = call([path, key, flag])
+        assert rc == 2 and message in err and not stdout, (flag, err)
+
+
 def test_old_lines_with_run_and_index_keep_their_per_text_keys(tmp_path, key):
     rc, stdout, _ = call([jsonl(tmp_path / "o.jsonl", [{"text": TEXT, "run": "r1", "index": 7}]), key,
                           "--format=json"])

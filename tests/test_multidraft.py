@@ -357,7 +357,8 @@ def test_detection_over_sibling_streams_is_exact_and_the_oracle_loses_nothing():
 def test_synthid_records_give_each_draft_token_its_own_stream():
     """SynthID (m = 8), Alg. 1 with 3 chains, V = 64: the accepted drafts of siblings c > 0 carry the
     watermark in their own stream (mean g-value well above 1/2) and none in sibling 0's; the candidate
-    record gives each token its own stream, and under another key those g-values are fair coins."""
+    record gives each token its own stream, the search over the siblings finds it from tokens and key
+    alone, and under another key those g-values are fair coins."""
     from wmspec_jax.detect import streams
 
     v, n, m = 64, 600, 8
@@ -383,3 +384,10 @@ def test_synthid_records_give_each_draft_token_its_own_stream():
     # tokens of sibling 0 and of the target keep their one-chain statistics
     np.testing.assert_array_equal(np.asarray(own.g_draft)[cand == 0], np.asarray(sibling0.g_draft)[cand == 0])
     np.testing.assert_array_equal(np.asarray(own.g_target), np.asarray(sibling0.g_target))
+    # without the records: the search over the 3 sibling streams finds the watermark of siblings c > 0
+    # (about 0.59 here, 9 sd above 1/2), and under another key its g-values are fair coins
+    searched = streams.synthid_statistics(toks, keys, m, siblings=3, **texts)
+    assert searched.provenance.siblings == 3 and np.asarray(searched.g_draft)[picked].mean() > 0.5 + 5 * sd
+    other = streams.synthid_statistics(toks, prf.stream_keys([f"o{i}" for i in range(n)]), m, siblings=3, **texts)
+    g_other = np.asarray(other.g_draft)[np.asarray(other.mask)]
+    stats.assert_binomial_rate(int(g_other.sum()), g_other.size, 0.5, "the search under another key")

@@ -51,6 +51,7 @@ class Lane(enum.IntEnum):
 
     TOKEN_UNIFORM = 0  # Gumbel-max uniforms U_w, one per token
     POSITION_UNIFORM = 1  # one uniform per position (acceptance / sampler)
+    SEARCH = 2  # detection only: the randomisation of SynthID's search over sibling streams
     GBITS = 16  # SynthID g-values: lane GBITS + b holds layers 32b..32b+31
 
 

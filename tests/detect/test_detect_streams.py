@@ -147,3 +147,57 @@ def test_record_length_mismatch_is_an_error(gumbel_pos):
         det.records_from_generation(res._replace(source=res.source[:, :-1]))
     with pytest.raises(ValueError, match="length mismatch of records"):
         det.records_from_generation(res._replace(lengths=res.lengths[:-1]))
+
+
+@pytest.mark.parametrize("num_layers,weights", [(8, None), (30, (1.0, 1.0, 1.0))])
+def test_the_synthid_search_over_siblings_gives_fair_coins_under_h0(num_layers, weights):
+    """Multi-draft SynthID statistics without records (3 sibling streams searched) of texts independent of
+    the key: m independent Bernoulli(1/2) g-values per position, like one stream's (the 2^m patterns for
+    m <= 8, else the count, by chi-square over 36,000 positions), uncorrelated with the target stream's;
+    reproducible and the same for a row alone as in its batch."""
+    from scipy import stats as sstats
+
+    from tests import stats
+
+    rng = np.random.default_rng(num_layers)
+    tokens = rng.integers(0, 64, size=(1000, 40))
+    keys = prf.stream_keys([f"search-{num_layers}-{i}" for i in range(1000)])
+    kw = dict(vocab_size=64, starts=np.full(1000, 4), siblings=3, sibling_weights=weights)
+    st = det.synthid_statistics(tokens, keys, num_layers, **kw)
+    mask = np.asarray(st.mask)
+    g = np.asarray(st.g_draft)[mask].astype(np.int64)
+    if num_layers <= 8:
+        stats.assert_counts_match(np.bincount(g @ (1 << np.arange(num_layers)), minlength=2**num_layers),
+                                  np.full(2**num_layers, 2.0**-num_layers), "g-value patterns")
+    else:
+        stats.assert_counts_match(np.bincount(g.sum(1), minlength=num_layers + 1),
+                                  sstats.binom.pmf(np.arange(num_layers + 1), num_layers, 0.5), "g-value counts")
+    r = np.corrcoef(g.sum(1), np.asarray(st.g_target)[mask].sum(1))[0, 1]
+    assert abs(r) < 5 / np.sqrt(g.shape[0]), r
+    again = det.synthid_statistics(tokens[:3], keys[:3], num_layers, **{**kw, "starts": np.full(3, 4)})
+    np.testing.assert_array_equal(np.asarray(again.g_draft), np.asarray(st.g_draft)[:3])
+
+
+def test_weighted_sibling_search_is_uniform_and_equal_weights_are_the_maximum_to_the_n():
+    """Gumbel-max family: max_c y_c^(1/w_c) is U(0, 1) under H0 (DKW); equal weights give (max_c y_c)^3."""
+    from tests import stats
+
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, 64, size=(1000, 40))
+    keys = prf.stream_keys([f"weights-{i}" for i in range(1000)])
+    kw = dict(vocab_size=64, starts=np.full(1000, 4))
+    weighted = det.gumbel_statistics(tokens, keys, siblings=3, sibling_weights=(0.7, 0.2, 0.1), **kw)
+    stats.assert_uniform(np.asarray(weighted.y_draft)[np.asarray(weighted.mask)], "weighted search")
+    per_sibling = [np.asarray(det.gumbel_statistics(tokens, keys, siblings=3, candidate=np.full(tokens.shape, c),
+                                                    **kw).y_draft) for c in range(3)]
+    equal = det.gumbel_statistics(tokens, keys, siblings=3, sibling_weights=(2, 2, 2), **kw)
+    np.testing.assert_allclose(np.asarray(equal.y_draft), np.max(per_sibling, axis=0).astype(np.float64) ** 3,
+                               rtol=1e-6)
+    default = det.gumbel_statistics(tokens, keys, siblings=3, **kw)  # w_c ∝ 4^-c
+    expected = np.max([y.astype(np.float64) ** (1 / w) for y, w in zip(per_sibling, np.array([16, 4, 1]) / 21)], axis=0)
+    np.testing.assert_allclose(np.asarray(default.y_draft), expected, rtol=1e-5)  # float32 log and exp
+    for bad in ((1, 2), (1, 0, 1), (1, np.nan, 1)):
+        with pytest.raises(ValueError, match="sibling_weights must be 3 positive numbers"):
+            det.gumbel_statistics(tokens, keys, siblings=3, sibling_weights=bad, **kw)
+    with pytest.raises(ValueError, match="siblings > 1"):
+        det.synthid_statistics(tokens, keys, 4, sibling_weights=(1, 1), **kw)

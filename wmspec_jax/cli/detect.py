@@ -37,14 +37,16 @@ its ``draft_fraction`` is Ars-Prior's p unless ``--draft_fraction`` is given.
 The tokenizer must be the generator's (``--tokenizer``).
 
 **Multi-draft texts** (``wmspec-generate --num_drafts`` / ``--draft_tree``):
-an accepted draft token came from one of a node's sibling streams, so the
-draft statistic of a Gumbel-family text is (max_c y^D_c)^n over the n
-siblings (the line's ``draft_tree``: its largest branching factor; else
-``--siblings``), exactly uniform under H0 (``docs/multidraft.md``); SynthID
-text is scored on the sibling-0 stream (exact, weaker). A line that records
-each token's sibling (``candidate``, with its ``tokens``) is scored in the
-stream each token was drawn from instead, for both decoders (stronger; the
-output line says ``"sibling_streams": "recorded"``).
+an accepted draft token came from one of a node's n sibling streams (n: the
+line's ``draft_tree``, its largest branching factor; else ``--siblings``). A
+line that records each token's sibling (``candidate``, with its ``tokens``)
+is scored in the stream each token was drawn from (the output line says
+``"sibling_streams": "recorded"``). Other text is scored by a weighted search
+over the n streams (``"sibling_streams": "searched"``, with the
+``"sibling_weights"`` used; ``--sibling_weights``, default w_c ∝ 4^-c):
+Gumbel-family statistics take max_c (y^D_c)^(1/w_c), SynthID's the search of
+:mod:`wmspec_jax.detect.synthid_search`; both are exactly one stream's null
+law, so every p-value stays exact (``docs/multidraft.md``).
 
 **Which detector** (``--detector``, a comma-separated list of registry names
 or saved detector files; the first is the primary): ``auto`` is the best
@@ -117,6 +119,9 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_integer("siblings", 1, "multi-draft texts: the most children of a node of the generator's draft "
                          "tree (a line's draft_tree gives it); the draft statistic searches that many sibling "
                          "streams", lower_bound=1, flag_values=fv)
+    flags.DEFINE_list("sibling_weights", None, "multi-draft texts without their candidate records: the weight of "
+                      "each sibling stream in the search (its share of the accepted drafts; default decreasing "
+                      "as 4^-c)", flag_values=fv)
     flags.DEFINE_list("detector", ["auto"], "comma-separated registry names (see --help) or saved detector files "
                       "(.npz); 'auto': the decoder's default", flag_values=fv)
     flags.DEFINE_float("tau", None, "τ of --detector=ars-tau (default 0.5; a saved Ars-τ has its fitted τ)",
@@ -171,6 +176,7 @@ class Item:
     kgw_gamma: Optional[float] = None
     siblings: int = 1
     candidate: Optional[list] = None
+    sibling_weights: Optional[list] = None
     result: Optional[dict] = None
 
     @property
@@ -245,11 +251,8 @@ def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
 
 
 def _siblings_of(fv, record: dict, where: str, decoder: str, default: int) -> int:
-    """The sibling streams a line's draft statistic searches: the most children of a node of its
-    ``draft_tree`` > ``--siblings`` > a saved detector's; 1 for SynthID (its statistics score the
-    sibling-0 stream: exact, and weaker on multi-draft texts)."""
-    from wmspec_jax import decoders
-
+    """The sibling streams of a line's draft statistic: the most children of a node of its
+    ``draft_tree`` > ``--siblings`` > a saved detector's."""
     tree = record.get("draft_tree")
     recorded = None
     if tree is not None:
@@ -265,7 +268,7 @@ def _siblings_of(fv, record: dict, where: str, decoder: str, default: int) -> in
         chosen = fv.siblings
     else:
         chosen = default if recorded is None else recorded
-    return 1 if decoders.WatermarkDecoder.from_name(decoder).family == decoders.SYNTHID else chosen
+    return chosen
 
 
 def _recorded_candidate(record: dict, where: str, ids: list, recorded_ids: Optional[list]) -> Optional[list]:
@@ -515,6 +518,9 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
 
     decoder, m, h, derivation, draft_fraction, draft_decoder, kgw_gamma, siblings, recorded = items[0].group
     settings = Provenance(decoder, m, h, draft_decoder=draft_decoder, siblings=siblings)
+    weights = _search_weights(fv, siblings, items[0].where) if siblings > 1 and not recorded else None
+    for it in items:
+        it.sibling_weights = weights
     detectors = [(spec, d) for spec in specs
                  if (d := _build(fv, spec, decoder, settings, draft_fraction, kgw_gamma)) is not None]
     if not detectors:
@@ -541,6 +547,8 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
         extra = {"siblings": siblings} if siblings > 1 else {}
         if recorded:  # each token's own sibling stream, as the line records it
             extra["candidate"] = candidate
+        elif siblings > 1:
+            extra["sibling_weights"] = weights
         stats = detect.statistics(decoders.WatermarkDecoder.from_name(decoder, max(m, 1)), tokens, key,
                                   vocab_size=vocab, lengths=lengths, context_width=h,
                                   draft_decoder=None if draft_decoder is None else
@@ -565,6 +573,18 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
                 window = None if win is None else [x[row] for x in win]
                 results.append(_result(fv, d, spec, score[row], int(n[row]), float(lp[row]), window, it))
             it.result = _line(it, results, stats.provenance)
+
+
+def _search_weights(fv, siblings: int, where: str) -> list:
+    """The weights (summing to 1) of the search over ``siblings`` streams: ``--sibling_weights`` or the default."""
+    from wmspec_jax.detect import streams
+
+    given = None if fv.sibling_weights is None else [float(w) for w in fv.sibling_weights]
+    if given is not None and len(given) != siblings:
+        raise InputError(f"{where}: the text searches {siblings} sibling streams; --sibling_weights gives "
+                         f"{len(given)} weights")
+    weights = streams.check_sibling_weights(given, siblings)
+    return [1.0 / siblings] * siblings if weights is None else list(weights)
 
 
 def _statistics_provenance(secret, it: Item, decoder, m, h, draft_decoder=None, siblings: int = 1):
@@ -593,6 +613,9 @@ def _line(it: Item, results: list, provenance) -> dict:
     line.update(num_tokens=len(it.ids), **{k: v for k, v in primary.items()})
     if it.candidate is not None:
         line["sibling_streams"] = "recorded"  # each token scored in the sibling stream the line names
+    elif it.sibling_weights is not None:
+        line["sibling_streams"] = "searched"
+        line["sibling_weights"] = [round(w, 6) for w in it.sibling_weights]
     line["provenance"] = provenance.to_dict()
     line["key"] = ({"derivation": keys.DIRECT} if it.run is None
                    else {"derivation": keys.KEY_DERIVATION, "run": it.run, "index": it.index})
@@ -647,6 +670,13 @@ def _check_flags(fv) -> None:
         raise InputError(f"--draft_fraction must be a number in [0, 1], got {fv.draft_fraction}")
     if fv.run is not None and fv["run"].present and not fv.run:
         raise InputError("--run must not be empty")
+    if fv.sibling_weights is not None:
+        try:
+            weights = [float(w) for w in fv.sibling_weights]
+        except ValueError:
+            raise InputError(f"--sibling_weights must be numbers, got {','.join(fv.sibling_weights)}") from None
+        if not weights or not all(math.isfinite(w) and w > 0 for w in weights):
+            raise InputError(f"--sibling_weights must be positive numbers, got {','.join(fv.sibling_weights)}")
 
 
 def check_output(output: Optional[str], inputs: Sequence[str]) -> None:

@@ -8,6 +8,9 @@ Pipeline (see ``docs/detection.md``):
    (identical to generation). No model, no logits. Pass the keys generation
    used (:func:`wmspec_jax.keys.text_keys`); the statistics carry their
    :class:`Provenance` (settings + key fingerprint), detectors check it.
+   Multi-draft texts: ``siblings=n`` scores each token in its recorded
+   sibling stream (``candidate=``) or searches the n streams with exact
+   nulls (:func:`.streams.check_sibling_weights`, :mod:`.synthid_search`).
 2. detectors — small typed objects with one ``score(stats)`` method, made
    by name from :mod:`.registry` (the registry the CLI, the experiments
    and the notebooks share: :func:`make`) or fitted. Gumbel-max:
@@ -31,7 +34,7 @@ from wmspec_jax._lazy import attach
 
 SUBMODULES = (
     "bayes", "bayes_training", "common", "gumbel", "io", "kgw", "metrics", "provenance", "pvalues", "registry", "soft",
-    "streams", "synthid", "weighted", "windows",
+    "streams", "synthid", "synthid_search", "weighted", "windows",
 )
 _NAMES = {
     "ArsPrior": "gumbel",

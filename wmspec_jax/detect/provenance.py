@@ -52,9 +52,10 @@ class Provenance:
         secret itself) or None if unknown.
       draft_decoder: the draft stream's statistic when it differs from ``decoder``
         (``SpeculativeConfig.draft_decoder``; stored as None when equal).
-      siblings: the sibling streams the draft statistic searches (multi-draft
-        texts, ``docs/multidraft.md``: the most children of a node of
-        ``SpeculativeConfig.draft_tree``); 1 for one chain.
+      siblings: the sibling streams of the draft statistic, searched or read
+        from the ``candidate`` records (multi-draft texts, ``docs/multidraft.md``:
+        the most children of a node of ``SpeculativeConfig.draft_tree``); 1 for
+        one chain.
     """
 
     decoder: str

@@ -24,6 +24,12 @@ module recomputes
 * SynthID: the g-values g^D_t, g^T_t ∈ {0, 1}^m of the emitted token under
   both streams (Eq. 3-4) and u_t;
 
+* multi-draft texts (``siblings`` > 1): each draft statistic of sibling c's
+  stream; with the ``candidate`` records each token's own sibling, without
+  them the weighted search over the siblings (Gumbel-max family:
+  max_c y_c^(1/w_c); SynthID: :mod:`.synthid_search`), exactly one stream's
+  null law either way;
+
 plus the mask of scored positions from the repeated-context rule, which is
 *the same function* generation uses (:func:`wmspec_jax.context.scored_mask`).
 
@@ -56,6 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import context, decoders, keys as keys_lib, prf, validation
+from wmspec_jax.detect import synthid_search
 from wmspec_jax.detect.provenance import Provenance, merge
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET  # noqa: F401
 
@@ -258,11 +265,11 @@ def _uniform_statistic(seeds, tokens, statistic: str):
     return y
 
 
-def _sibling_statistic(seeds, tokens, statistic: str, siblings: int, candidate):
+def _sibling_statistic(seeds, tokens, statistic: str, siblings: int, candidate, weights):
     """The draft stream's per-token value under multi-draft sampling: of the sibling the record names
-    (``candidate`` int[B, L]), or, from tokens and key alone, (max over the ``siblings`` streams)^siblings,
-    exactly U(0, 1) when the text is independent of the key (the CDF of a maximum of independent
-    uniforms)."""
+    (``candidate`` int[B, L]), or, from tokens and key alone, the weighted search
+    max_c (y^D_{t,c})^(1/w_c) over the ``siblings`` streams (:func:`check_sibling_weights`): exactly U(0, 1)
+    when the text is independent of the key, as P(max_c y_c^(1/w_c) <= x) = Π_c x^(w_c) = x."""
     values = [_uniform_statistic(prf.candidate_seeds(seeds, jnp.uint32(c)), tokens, statistic)
               for c in range(siblings)]
     if candidate is not None:
@@ -270,15 +277,51 @@ def _sibling_statistic(seeds, tokens, statistic: str, siblings: int, candidate):
         for c in range(1, siblings):
             out = jnp.where(candidate == c, values[c], out)
         return out
-    top = values[0]
-    for v in values[1:]:
-        top = jnp.maximum(top, v)
-    return top ** siblings
+    if weights is None:  # equal weights (check_sibling_weights): (max_c y_c)^n
+        top = values[0]
+        for v in values[1:]:
+            top = jnp.maximum(top, v)
+        return top ** siblings
+    log_top = jnp.max(jnp.stack([jnp.log(v) / jnp.float32(w) for v, w in zip(values, weights)]), axis=0)
+    return jnp.exp(log_top)
 
 
-@functools.partial(jax.jit, static_argnames=("width", "num_layers", "statistic", "draft_statistic", "siblings"))
+SIBLING_DECAY = 0.25
+"""The default search weights decay as w_c ∝ SIBLING_DECAY^c (:func:`check_sibling_weights`)."""
+
+
+def check_sibling_weights(weights, siblings: int) -> Optional[tuple]:
+    """Validated weights of the search over sibling streams, rescaled to sum 1: a tuple, or None
+    for equal weights (the search (max_c y_c)^n).
+
+    Args:
+      weights: ``siblings`` positive numbers, or None for the default w_c ∝ :data:`SIBLING_DECAY`^c.
+      siblings: n.
+
+    Sibling c's weight should be its share of the accepted draft tokens: multi-draft verification
+    tries the siblings in order, so the first is accepted most often (on the built-in pair, K = 3,
+    3 chains, about 0.82 / 0.11 / 0.07), and a search that weighs them equally loses power to
+    scoring sibling 0 alone (``docs/multidraft.md``). Any positive weights keep the statistics'
+    null law exact.
+    """
+    if siblings <= 1:
+        if weights is not None and np.size(weights) != 1:
+            raise ValueError(f"sibling_weights are for multi-draft texts (siblings > 1); got {np.size(weights)} "
+                             "weights with siblings = 1")
+        return None
+    w = SIBLING_DECAY ** np.arange(siblings, dtype=np.float64) if weights is None else \
+        np.asarray(weights, np.float64)
+    if w.shape != (siblings,) or not np.isfinite(w).all() or (w <= 0).any():
+        raise ValueError(f"sibling_weights must be {siblings} positive numbers (one per sibling stream), got "
+                         f"{list(np.atleast_1d(w))[:8]}")
+    w = w / w.sum()
+    return None if np.all(w == w[0]) else tuple(float(x) for x in w)
+
+
+@functools.partial(jax.jit, static_argnames=("width", "num_layers", "statistic", "draft_statistic", "siblings",
+                                             "weights"))
 def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, statistic: str = decoders.GUMBEL,
-                draft_statistic: str = decoders.GUMBEL, siblings: int = 1, candidate=None):
+                draft_statistic: str = decoders.GUMBEL, siblings: int = 1, candidate=None, weights=None):
     bsz, length = tokens.shape
     mask = context.scored_mask(tokens, lengths, starts, width)
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (bsz, length))
@@ -293,15 +336,22 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, stat
         draft = target = prf.token_uniforms(seeds[:, prf.Stream.TARGET], tokens)
     elif num_layers == 0:
         if siblings > 1:
-            draft = _sibling_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic, siblings, candidate)
+            draft = _sibling_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic, siblings, candidate,
+                                       weights)
         else:
             draft = _uniform_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic)
         target = _uniform_statistic(seeds[:, prf.Stream.TARGET], tokens, statistic)
     else:
         draft_seeds = seeds[:, prf.Stream.DRAFT]
         if candidate is not None:  # each draft token's g-values in the sibling stream it was drawn from
-            draft_seeds = prf.candidate_seeds(draft_seeds, candidate.astype(jnp.uint32))
-        draft = prf.token_gbits(draft_seeds, tokens, num_layers)
+            draft = prf.token_gbits(prf.candidate_seeds(draft_seeds, candidate.astype(jnp.uint32)), tokens,
+                                    num_layers)
+        elif siblings > 1:  # from tokens and key alone: the search over the sibling streams
+            per_sibling = jnp.stack([prf.token_gbits(prf.candidate_seeds(draft_seeds, jnp.uint32(c)), tokens,
+                                                     num_layers) for c in range(siblings)], axis=-2)
+            draft = synthid_search.searched_gbits(per_sibling, seeds[:, prf.Stream.ACCEPT], weights)
+        else:
+            draft = prf.token_gbits(draft_seeds, tokens, num_layers)
         target = prf.token_gbits(seeds[:, prf.Stream.TARGET], tokens, num_layers)
     return draft, target, u, mask
 
@@ -331,7 +381,7 @@ def _check_candidate(candidate, shape: tuple, siblings: Optional[int]):
 
 def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None,
                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH, decoder=None, draft_decoder=None,
-                      siblings: int = 1, candidate=None) -> GumbelStats:
+                      siblings: int = 1, candidate=None, sibling_weights=None) -> GumbelStats:
     """(y^D_t, y^T_t, u_t) and the scored mask of a batch of texts (Gumbel-max, or another decoder
     whose statistic is one uniform per token and stream).
 
@@ -348,10 +398,13 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
       draft_decoder: the decoder of the draft stream when generation used another one
         (``SpeculativeConfig.draft_decoder``; also of the ``"gumbel"`` family); None: ``decoder``.
       siblings: texts of multi-draft sampling (``docs/multidraft.md``): the most siblings a node had
-        (max of ``draft_tree``). y^D_t is then (max_c y^D_{t,c})^siblings over the sibling streams,
-        exactly U(0, 1) under H0, so every detector's p-values stay exact; 1: one chain.
+        (max of ``draft_tree``). y^D_t is then max_c (y^D_{t,c})^(1/w_c) over the sibling streams
+        ((max_c y^D_{t,c})^siblings with equal weights), exactly U(0, 1) under H0, so every
+        detector's p-values stay exact; 1: one chain.
       candidate: int[B, L] the generation's ``candidate`` record: y^D_t and u_t come from the sibling
         stream each token was drawn from (what the Oracle needs); needs ``siblings`` > its maximum.
+      sibling_weights: w_c of the search without records (:func:`check_sibling_weights`; None: the
+        default, decaying with c).
 
     Returns:
       :class:`GumbelStats` with their provenance. Cost: one context hash per
@@ -375,32 +428,41 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
     yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
                                   width=int(context_width), num_layers=0, statistic=decoder.statistic,
                                   draft_statistic=draft_decoder.statistic, siblings=int(siblings),
-                                  candidate=candidate)
+                                  candidate=candidate, weights=check_sibling_weights(sibling_weights, int(siblings)))
     prov = statistics_provenance(key, decoder.statistic, 0, context_width, draft_decoder.statistic, siblings)
     return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 
 
 def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths=None, starts=None,
-                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH, candidate=None) -> SynthIDStats:
+                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH, siblings: int = 1,
+                       candidate=None, sibling_weights=None) -> SynthIDStats:
     """(g^D_t, g^T_t ∈ {0,1}^m, u_t) and the scored mask of a batch of texts (SynthID).
 
     Args:
       num_layers: m, the number of tournament layers used in generation.
+      siblings: texts of multi-draft sampling (``docs/multidraft.md``): the most siblings a node had
+        (max of ``draft_tree``). Without records, g^D_t is then the search over the sibling
+        streams of :mod:`.synthid_search`: under H0 m independent Bernoulli(½) bits, exactly as one
+        stream's, so every SynthID detector's p-values stay exact; 1: one chain.
       candidate: int[B, L] the ``candidate`` record of a multi-draft generation: g^D_t and u_t
         come from the sibling stream each token was drawn from, so every SynthID detector scores
-        the streams generation used (the records' counterpart of the Oracle). Without it a
-        multi-draft text is scored on the sibling-0 stream (exact, weaker: a sibling c > 0's
-        draft token is unwatermarked there); SynthID has no key-only search over siblings.
+        the streams generation used (the records' counterpart of the Oracle). Its values lie
+        below ``siblings`` when that is given (> 1); with ``siblings`` = 1 the statistics say
+        one stream (below 256).
+      sibling_weights: w_c of the search (:func:`check_sibling_weights`; None: the default).
       Others: as :func:`gumbel_statistics`.
     """
     if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 1:
         raise ValueError(f"number of SynthID layers m must be a positive int, got {num_layers!r}")
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
-    candidate = _check_candidate(candidate, tok.shape, None)
+    if isinstance(siblings, bool) or not isinstance(siblings, (int, np.integer)) or siblings < 1:
+        raise ValueError(f"siblings must be an int >= 1, got {siblings!r}")
+    candidate = _check_candidate(candidate, tok.shape, siblings if siblings > 1 else None)
     gd, gt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
-                                  width=int(context_width), num_layers=int(num_layers), candidate=candidate)
-    prov = statistics_provenance(key, "synthid", int(num_layers), context_width)
+                                  width=int(context_width), num_layers=int(num_layers), siblings=int(siblings),
+                                  candidate=candidate, weights=check_sibling_weights(sibling_weights, int(siblings)))
+    prov = statistics_provenance(key, "synthid", int(num_layers), context_width, siblings=int(siblings))
     return SynthIDStats(gd, gt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 
 

@@ -314,17 +314,18 @@ class Family:
       negatives_from_human: the human negatives train the detectors and set
         the thresholds when there are enough of them (the paper's App. D for
         SynthID); otherwise the model negatives do.
-      searches_siblings: its key-only statistics of multi-draft texts search
-        the sibling streams (``options["siblings"]``); False: they score the
-        sibling-0 stream. Either way ``options["candidate"]`` (the records)
-        gives each token's own stream, which the Oracles read.
+
+    Both families' key-only statistics of multi-draft texts search the sibling
+    streams (``options["siblings"]``, the default weights of
+    :func:`wmspec_jax.detect.streams.check_sibling_weights`);
+    ``options["candidate"]`` (the records) gives each token's own stream,
+    which the Oracles read.
     """
 
     decoder: str
     statistics: Callable[[dict, dict], Any]
     fit: Callable[[dict, Callable, dict], tuple]
     negatives_from_human: bool
-    searches_siblings: bool
 
 
 def _gumbel_stats(texts, options):
@@ -347,7 +348,8 @@ def _fit_gumbel(sets, stats, options):
 def _synthid_stats(texts, options):
     return detect.synthid_statistics(texts["tokens"], texts["keys"], options["num_layers"], lengths=texts["lengths"],
                                      starts=texts["starts"], context_width=options["context_width"],
-                                     vocab_size=options["vocab_size"], candidate=options.get("candidate"))
+                                     vocab_size=options["vocab_size"], siblings=options.get("siblings", 1),
+                                     candidate=options.get("candidate"))
 
 
 def _fit_synthid(sets, stats, options):
@@ -376,8 +378,8 @@ def _fit_synthid(sets, stats, options):
 
 
 FAMILIES = {
-    "gumbel": Family("gumbel", _gumbel_stats, _fit_gumbel, negatives_from_human=False, searches_siblings=True),
-    "synthid": Family("synthid", _synthid_stats, _fit_synthid, negatives_from_human=True, searches_siblings=False),
+    "gumbel": Family("gumbel", _gumbel_stats, _fit_gumbel, negatives_from_human=False),
+    "synthid": Family("synthid", _synthid_stats, _fit_synthid, negatives_from_human=True),
 }
 """decoder -> :class:`Family` (Gumbel-max: Fig. 2 middle; SynthID: Fig. 2 right)."""
 
@@ -396,15 +398,15 @@ def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dic
                  num_resamples: int) -> dict:
     """TPR at 1 % FPR vs length of multi-draft Alg. 1 texts under one chain's detectors (:func:`evaluate`).
 
-    The Oracles read each token's own stream (the ``candidate`` record). A family that searches
-    siblings scores the texts on the sibling statistic (``siblings`` streams) with the one-chain fits
-    (τ, p, the soft model): the p-values stay exact, as every statistic is uniform under H0, and the
-    FPR on the model negatives scored the same way is reported. Otherwise the key-only detectors
-    score the sibling-0 stream, as one chain's texts.
+    The Oracles read each token's own stream (the ``candidate`` record). The other detectors score
+    the search over the ``siblings`` streams (default weights) with the one-chain fits (τ, p, the
+    soft model, the Bayesian models): the calibrated p-values stay exact, as every searched
+    statistic has one stream's null law, and the FPR on the model negatives scored the same way is
+    reported (they also set the thresholds of the uncalibrated detectors).
     """
     siblings = int(texts["siblings"])
-    searched = family.searches_siblings and siblings > 1
-    opts = {**options, "siblings": siblings if searched else 1}
+    searched = siblings > 1
+    opts = {**options, "siblings": siblings}
     stats = family.statistics(texts, opts)
     oracle_stats = family.statistics(texts, {**opts, "candidate": texts["candidate"]}) if siblings > 1 else stats
     if searched:
@@ -442,7 +444,10 @@ def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dic
     if searched and grid:
         neg = negatives(grid[-1])
         fpr = {k: _fpr_estimate(flagged(True, v, None)) for k, v in neg.items() if calibrated[k]}
-    return {"siblings": siblings, "searched": searched, "lengths": grid, "tpr": curves, "fpr_model": fpr,
+    weights = detect.streams.check_sibling_weights(None, siblings)
+    return {"siblings": siblings, "searched": searched,
+            "sibling_weights": [round(w, 6) for w in weights] if weights else [1.0 / siblings] * siblings,
+            "lengths": grid, "tpr": curves, "fpr_model": fpr,
             "fpr_length": grid[-1] if grid else None, "test_texts": _count(texts)}
 
 

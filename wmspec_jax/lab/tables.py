@@ -60,7 +60,9 @@ def detection_markdown(out: dict) -> str:
 
 def _multi_draft_markdown(head: str, drafts: str, res: dict) -> str:
     """TPR of multi-draft Alg. 1 texts under one chain's detectors, and their FPR on the model negatives."""
-    how = (f"the draft statistic searches {res['siblings']} sibling streams" if res["searched"] else
+    weights = res.get("sibling_weights")
+    how = (f"the draft statistic searches {res['siblings']} sibling streams"
+           + (f" (weights {', '.join(f'{w:.2f}' for w in weights)})" if weights else "") if res["searched"] else
            "the key-only detectors score the sibling-0 stream") + "; the Oracles read each token's own stream"
     fpr = res.get("fpr_model") or {}
     lines = [f"**{head}, multi-draft Alg. 1 (drafts {drafts})**: {res['test_texts']} test texts; {how}", "",
