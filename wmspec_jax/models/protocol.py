@@ -116,8 +116,18 @@ def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.
     num_new = jnp.asarray(num_new)
     _check_shapes(cache, tokens, num_new)
     width = int(logit_width or config.vocab_size)
+    static = dict(head=head, width=width, return_hidden=return_hidden, attention_block=attention_block)
     if all(map(is_concrete, (tokens, num_new, cache.lengths))):
         check_step_inputs(cache, tokens, num_new, width)
+        if hidden_fn is None:
+            # Called outside jit: one compiled step per shape, not one dispatch per primitive.
+            return _jitted_step(config, params, cache, tokens, num_new, **static)
+    return _step(config, params, cache, tokens, num_new, hidden_fn=hidden_fn, **static)
+
+
+def _step(config: TransformerConfig, params, cache: cache_lib.KVCache, tokens: jax.Array, num_new: jax.Array, *,
+          head: Head | None, width: int, return_hidden: bool, attention_block: int, hidden_fn=None):
+    """:func:`step` after its host-side checks."""
     t = tokens.shape[1]
     positions = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
     num_new = jnp.clip(num_new.astype(jnp.int32), 0, t)
@@ -138,6 +148,10 @@ def step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.
     if return_hidden:
         return logits, h, cache
     return logits, cache
+
+
+_jitted_step = jax.jit(_step, static_argnames=("config", "head", "width", "return_hidden", "attention_block",
+                                               "hidden_fn"))
 
 
 def make_language_model(config: TransformerConfig, *, name: str,
