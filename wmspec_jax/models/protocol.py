@@ -6,7 +6,9 @@ Bad inputs at this boundary:
   past the cache capacity (``lengths + num_new > capacity``) or when a token
   that is written (``i < num_new``) lies outside ``[0, V)``.
   :func:`check_step_inputs` is the same check as a function, for host-side
-  validation before entering ``jit``.
+  validation before entering ``jit``. After the check an eager call runs
+  one compiled step per shape (as ``jax.jit(lm.step)`` would), not one
+  dispatch per primitive.
 * **Traced calls** (inside ``jit``, e.g. the speculative loop, which keeps
   every index in range by construction) cannot raise; there the affected
   positions get NaN logits instead of silently wrong numbers: a written
