@@ -499,8 +499,16 @@ def check_statistics(stats, kind) -> Any:
 
 def take(stats, rows):
     """The statistics of texts ``rows`` (a slice, int array or list along B); keeps the provenance."""
-    if isinstance(rows, (list, tuple)):
-        rows = np.asarray(rows, np.int64)
+    if isinstance(rows, slice):
+        rows = np.arange(*rows.indices(np.shape(stats.mask)[0]))
+    rows = np.asarray(rows)
+    if rows.dtype == bool:
+        rows = np.flatnonzero(rows)
+    return _take(stats, rows.astype(np.int32))
+
+
+@jax.jit
+def _take(stats, rows):  # one compiled gather per shape for every field
     return jax.tree_util.tree_map(lambda x: x[rows], stats)
 
 
@@ -562,6 +570,11 @@ def truncate(stats, num_tokens: int):
     num_tokens = int(num_tokens)
     if num_tokens < 1:
         raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
+    return _truncate(stats, np.int32(min(num_tokens, np.iinfo(np.int32).max // 2)))
+
+
+@jax.jit
+def _truncate(stats, num_tokens):  # the length is an argument: one program for every length
     pos = jnp.arange(stats.mask.shape[1], dtype=jnp.int32)[None]
     keep = pos < (stats.starts[:, None] + num_tokens)
     return stats._replace(mask=stats.mask & keep, lengths=jnp.minimum(stats.lengths, stats.starts + num_tokens))
