@@ -4,7 +4,7 @@ For each decoder (Gumbel-max; SynthID with ``--synthid_layers``) and draft shape
 chains, a tree; siblings independent or distinct) it generates ``--num_texts`` texts with Alg. 1 on
 the Markov toy pair (``wmspec_jax.toy``, V = ``--vocab_size``), each under its own key, and reports
 
-* tokens per step (AATPS);
+* tokens per step (AATPS), and each sibling's share of the accepted draft tokens (from the records);
 * TPR at 1 % FPR from exact p-values of one key-only detector (Gumbel-max: Ars-τ with τ = 1/2;
   SynthID: the mean g-value of both streams) on four statistics of the same texts: each token in the
   sibling stream its ``candidate`` record names (``records``); sibling 0's stream only
@@ -99,9 +99,11 @@ def main(argv):
                                        draft=draft, draft_params=dp)
             texts = dict(vocab_size=v, lengths=np.asarray(res.lengths), starts=np.asarray(prompt_lengths))
             toks, src, cand = np.asarray(res.tokens), np.asarray(res.source), np.asarray(res.candidate)
+            drafts = cand[src == speculative.SOURCE_DRAFT]
             row = {"decoder": decoder.label, "draft_shape": text,
                    "settings": {k: list(x) if isinstance(x, tuple) else x for k, x in kw.items()},
                    "siblings": siblings, "tokens_per_step": float(np.mean(res.tokens_per_step_mean())),
+                   "sibling_shares": (np.bincount(drafts, minlength=siblings) / max(drafts.size, 1)).tolist(),
                    "tpr": {}, "median_log10_p": {}}
             for variant in VARIANTS:
                 stats = _statistics(decoder, toks, keys, siblings, variant, cand, texts)
@@ -119,12 +121,12 @@ def main(argv):
           f"{FLAGS.max_new_tokens} tokens; TPR / FPR at 1 % (binomial sd ~{np.sqrt(0.25 / n):.3f} at most); "
           "Gumbel-max: Ars-tau, SynthID: mean test; TPR (median log10 p)")
     print(f"{'decoder':16s} {'shape':6s} {'tok/step':>8s} {'Oracle':>7s} "
-          + " ".join(f"{v_:>14s}" for v_ in VARIANTS) + f" {'FPR':>6s}")
+          + " ".join(f"{v_:>14s}" for v_ in VARIANTS) + f" {'FPR':>6s}  sibling shares of drafts")
     for r in rows:
         oracle = f"{r['tpr_oracle']:7.3f}" if "tpr_oracle" in r else f"{'-':>7s}"
         print(f"{r['decoder']:16s} {r['draft_shape']:6s} {r['tokens_per_step']:8.2f} {oracle} "
               + " ".join(f"{r['tpr'][v_]:6.3f} ({r['median_log10_p'][v_]:5.1f})" for v_ in VARIANTS)
-              + f" {r['fpr_searched']:6.3f}")
+              + f" {r['fpr_searched']:6.3f}  " + " / ".join(f"{x:.2f}" for x in r["sibling_shares"]))
     storage.atomic_write_json(FLAGS.output, {
         "pair": FLAGS.pair, "temperature": FLAGS.temperature, "vocab_size": v, "tv": FLAGS.tv, "lookahead": FLAGS.lookahead, "num_texts": n,
         "max_new_tokens": FLAGS.max_new_tokens, "synthid_layers": FLAGS.synthid_layers, "rows": rows})

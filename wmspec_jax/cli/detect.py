@@ -583,8 +583,7 @@ def _search_weights(fv, siblings: int, where: str) -> list:
     if given is not None and len(given) != siblings:
         raise InputError(f"{where}: the text searches {siblings} sibling streams; --sibling_weights gives "
                          f"{len(given)} weights")
-    weights = streams.check_sibling_weights(given, siblings)
-    return [1.0 / siblings] * siblings if weights is None else list(weights)
+    return list(streams.resolved_sibling_weights(given, siblings))
 
 
 def _statistics_provenance(secret, it: Item, decoder, m, h, draft_decoder=None, siblings: int = 1):

@@ -290,9 +290,16 @@ SIBLING_DECAY = 0.25
 """The default search weights decay as w_c ∝ SIBLING_DECAY^c (:func:`check_sibling_weights`)."""
 
 
+def resolved_sibling_weights(weights, siblings: int) -> tuple:
+    """The weights of the search over ``siblings`` sibling streams, validated and rescaled to sum 1:
+    ``weights`` or, for None, the default w_c ∝ :data:`SIBLING_DECAY`^c (:func:`check_sibling_weights`)."""
+    w = check_sibling_weights(weights, siblings)
+    return (1.0 / siblings,) * siblings if w is None else w
+
+
 def check_sibling_weights(weights, siblings: int) -> Optional[tuple]:
     """Validated weights of the search over sibling streams, rescaled to sum 1: a tuple, or None
-    for equal weights (the search (max_c y_c)^n).
+    for equal weights (the search (max_c y_c)^n) and for one chain.
 
     Args:
       weights: ``siblings`` positive numbers, or None for the default w_c ∝ :data:`SIBLING_DECAY`^c.
@@ -300,7 +307,7 @@ def check_sibling_weights(weights, siblings: int) -> Optional[tuple]:
 
     Sibling c's weight should be its share of the accepted draft tokens: multi-draft verification
     tries the siblings in order, so the first is accepted most often (on the built-in pair, K = 3,
-    3 chains, about 0.82 / 0.11 / 0.07), and a search that weighs them equally loses power to
+    3 chains, T = 1, about 0.83 / 0.11 / 0.06), and a search that weighs them equally loses power to
     scoring sibling 0 alone (``docs/multidraft.md``). Any positive weights keep the statistics'
     null law exact.
     """
@@ -365,6 +372,18 @@ def statistics_provenance(key, decoder: str, num_layers: int = 0,
                       draft_decoder, int(siblings))
 
 
+def _check_siblings(siblings) -> None:
+    if isinstance(siblings, bool) or not isinstance(siblings, (int, np.integer)) or siblings < 1:
+        raise ValueError(f"siblings must be an int >= 1, got {siblings!r}")
+
+
+def _search_weights(sibling_weights, siblings: int, candidate) -> Optional[tuple]:
+    """The static weights argument of :func:`_statistics`: validated always, None where no search runs
+    (with the records), so that weights never compile a program of their own there."""
+    weights = check_sibling_weights(sibling_weights, siblings)
+    return None if candidate is not None else weights
+
+
 def _check_candidate(candidate, shape: tuple, siblings: Optional[int]):
     """The ``candidate`` record as int32[B, L] (None stays None); its values in [0, siblings)."""
     if candidate is None:
@@ -420,15 +439,14 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
         raise ValueError("KGW's green list is the target stream's for every token: no draft_decoder with KGW")
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
-    if isinstance(siblings, bool) or not isinstance(siblings, (int, np.integer)) or siblings < 1:
-        raise ValueError(f"siblings must be an int >= 1, got {siblings!r}")
+    _check_siblings(siblings)
     candidate = _check_candidate(candidate, tok.shape, siblings)
     if decoders.KGW in (decoder.family, draft_decoder.family) and siblings > 1:
         raise ValueError("KGW texts come from one chain: siblings must be 1")
     yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
                                   width=int(context_width), num_layers=0, statistic=decoder.statistic,
                                   draft_statistic=draft_decoder.statistic, siblings=int(siblings),
-                                  candidate=candidate, weights=check_sibling_weights(sibling_weights, int(siblings)))
+                                  candidate=candidate, weights=_search_weights(sibling_weights, int(siblings), candidate))
     prov = statistics_provenance(key, decoder.statistic, 0, context_width, draft_decoder.statistic, siblings)
     return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 
@@ -456,12 +474,11 @@ def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths
         raise ValueError(f"number of SynthID layers m must be a positive int, got {num_layers!r}")
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
-    if isinstance(siblings, bool) or not isinstance(siblings, (int, np.integer)) or siblings < 1:
-        raise ValueError(f"siblings must be an int >= 1, got {siblings!r}")
+    _check_siblings(siblings)
     candidate = _check_candidate(candidate, tok.shape, siblings if siblings > 1 else None)
     gd, gt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
                                   width=int(context_width), num_layers=int(num_layers), siblings=int(siblings),
-                                  candidate=candidate, weights=check_sibling_weights(sibling_weights, int(siblings)))
+                                  candidate=candidate, weights=_search_weights(sibling_weights, int(siblings), candidate))
     prov = statistics_provenance(key, "synthid", int(num_layers), context_width, siblings=int(siblings))
     return SynthIDStats(gd, gt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 

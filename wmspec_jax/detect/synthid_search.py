@@ -86,8 +86,8 @@ def searched_gbits(sibling_gbits: jnp.ndarray, accept_seeds: jnp.ndarray,
     log_y = jnp.max(log_v * exponents, axis=-1)  # log Y
     y, y_sf = jnp.exp(log_y), -jnp.expm1(log_y)
     # S' = smallest k with B(k) >= Y, i.e. with P(count > k) <= 1 - Y
-    low = jnp.sum(cdf[None, None, 1:] < y[..., None], axis=-1)
-    high = jnp.sum(sf[None, None, 1:] > y_sf[..., None], axis=-1)
+    low = jnp.sum(cdf[1:] < y[..., None], axis=-1)
+    high = jnp.sum(sf[1:] > y_sf[..., None], axis=-1)
     count = jnp.where(y <= 0.5, low, high)
     ranks = jnp.argsort(jnp.argsort(draws[..., n:], axis=-1), axis=-1)
     return (ranks < count[..., None]).astype(jnp.uint8)

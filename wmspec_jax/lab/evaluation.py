@@ -408,7 +408,7 @@ def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dic
     searched = siblings > 1
     opts = {**options, "siblings": siblings}
     stats = family.statistics(texts, opts)
-    oracle_stats = family.statistics(texts, {**opts, "candidate": texts["candidate"]}) if siblings > 1 else stats
+    oracle_stats = family.statistics(texts, {**opts, "candidate": texts["candidate"]}) if searched else stats
     if searched:
         detectors = {k: dataclasses.replace(d, provenance=stats.provenance) for k, d in detectors.items()}
 
@@ -444,9 +444,8 @@ def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dic
     if searched and grid:
         neg = negatives(grid[-1])
         fpr = {k: _fpr_estimate(flagged(True, v, None)) for k, v in neg.items() if calibrated[k]}
-    weights = detect.streams.check_sibling_weights(None, siblings)
     return {"siblings": siblings, "searched": searched,
-            "sibling_weights": [round(w, 6) for w in weights] if weights else [1.0 / siblings] * siblings,
+            "sibling_weights": [round(w, 6) for w in detect.streams.resolved_sibling_weights(None, siblings)],
             "lengths": grid, "tpr": curves, "fpr_model": fpr,
             "fpr_length": grid[-1] if grid else None, "test_texts": _count(texts)}
 
