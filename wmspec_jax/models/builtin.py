@@ -26,7 +26,7 @@ import os
 
 import jax.numpy as jnp
 
-from wmspec_jax.models import draft, feature_draft, gguf_loader
+from wmspec_jax.models import draft, feature_draft, gguf_file, gguf_loader
 from wmspec_jax.models.hf import Checkpoint, CheckpointError
 from wmspec_jax.models.tokenizer import tokenizer_from_gguf
 
@@ -57,7 +57,7 @@ def gguf_path() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _reader():
-    return gguf_loader.open_gguf(gguf_path())
+    return gguf_file.read_gguf(gguf_path())
 
 
 @functools.lru_cache(maxsize=None)

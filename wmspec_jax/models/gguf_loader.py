@@ -10,14 +10,13 @@ work with the HF-style RoPE in :mod:`wmspec_jax.models.transformer`.
 
 from __future__ import annotations
 
-import os
 import re
 
 import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax.models.config import TransformerConfig, UnsupportedModelError
-from wmspec_jax.models.gguf_file import GGUFFile, read_gguf
+from wmspec_jax.models.gguf_file import GGUFFile
 from wmspec_jax.models.hf import CheckpointError
 from wmspec_jax.models.transformer import layer_shapes
 
@@ -47,24 +46,14 @@ def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
             .swapaxes(1, 2).reshape(w.shape))
 
 
-def _field(reader: GGUFFile, key, default=None):
-    return reader.field(key, default)
-
-
-def open_gguf(path: str | os.PathLike) -> GGUFFile:
-    """The file's metadata and memory-mapped tensors (:mod:`~wmspec_jax.models.gguf_file`);
-    a clear error if the file is absent or not GGUF."""
-    return read_gguf(path)
-
-
 def config_from_gguf(reader: GGUFFile) -> TransformerConfig:
     """Reads the llama.* metadata into a TransformerConfig."""
-    arch = _field(reader, "general.architecture")
+    arch = reader.field("general.architecture")
     if arch != "llama":
         raise UnsupportedModelError(f"GGUF architecture {arch!r} is not supported (llama only)")
-    hidden = int(_field(reader, "llama.embedding_length"))
-    heads = int(_field(reader, "llama.attention.head_count"))
-    head_dim = int(_field(reader, "llama.rope.dimension_count", hidden // heads))
+    hidden = int(reader.field("llama.embedding_length"))
+    heads = int(reader.field("llama.attention.head_count"))
+    head_dim = int(reader.field("llama.rope.dimension_count", hidden // heads))
     if head_dim != hidden // heads:
         raise UnsupportedModelError("partial rotary embeddings are not supported")
     names = {t.name for t in reader.tensors}
@@ -72,17 +61,17 @@ def config_from_gguf(reader: GGUFFile) -> TransformerConfig:
         family="llama",
         vocab_size=len(reader.field("tokenizer.ggml.tokens")),
         hidden_size=hidden,
-        intermediate_size=int(_field(reader, "llama.feed_forward_length")),
-        num_layers=int(_field(reader, "llama.block_count")),
+        intermediate_size=int(reader.field("llama.feed_forward_length")),
+        num_layers=int(reader.field("llama.block_count")),
         num_heads=heads,
-        num_kv_heads=int(_field(reader, "llama.attention.head_count_kv", heads)),
+        num_kv_heads=int(reader.field("llama.attention.head_count_kv", heads)),
         head_dim=head_dim,
-        rope_theta=float(_field(reader, "llama.rope.freq_base", 10000.0)),
-        rms_norm_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon")),
+        rope_theta=float(reader.field("llama.rope.freq_base", 10000.0)),
+        rms_norm_eps=float(reader.field("llama.attention.layer_norm_rms_epsilon")),
         tie_word_embeddings="output.weight" not in names,
-        bos_token_id=int(_field(reader, "tokenizer.ggml.bos_token_id", -1)),
-        eos_token_id=int(_field(reader, "tokenizer.ggml.eos_token_id", -1)),
-        max_position_embeddings=int(_field(reader, "llama.context_length", 0)) or None,
+        bos_token_id=int(reader.field("tokenizer.ggml.bos_token_id", -1)),
+        eos_token_id=int(reader.field("tokenizer.ggml.eos_token_id", -1)),
+        max_position_embeddings=int(reader.field("llama.context_length", 0)) or None,
     )
 
 

@@ -22,15 +22,13 @@ def tokenizer_from_gguf(reader):
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from wmspec_jax.models.gguf_loader import _field
-
-    kind = _field(reader, "tokenizer.ggml.model")
+    kind = reader.field("tokenizer.ggml.model")
     if kind != "gpt2":
         raise ValueError(f"GGUF tokenizer model {kind!r} is not supported (byte-level BPE 'gpt2' only)")
-    tokens = list(_field(reader, "tokenizer.ggml.tokens"))
-    types = list(_field(reader, "tokenizer.ggml.token_type"))
-    merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
-    pre = _field(reader, "tokenizer.ggml.pre", "default")
+    tokens = list(reader.field("tokenizer.ggml.tokens"))
+    types = list(reader.field("tokenizer.ggml.token_type"))
+    merges = [tuple(m.split(" ", 1)) for m in reader.field("tokenizer.ggml.merges")]
+    pre = reader.field("tokenizer.ggml.pre", "default")
 
     vocab = {tok: i for i, tok in enumerate(tokens)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
@@ -45,7 +43,7 @@ def tokenizer_from_gguf(reader):
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
 
     def token_of(key):
-        idx = _field(reader, key, -1)
+        idx = reader.field(key, -1)
         return tokens[int(idx)] if 0 <= int(idx) < len(tokens) else None
 
     fast = PreTrainedTokenizerFast(
