@@ -15,7 +15,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from tests.multidevice import run_on_devices
+from tests.multidevice import run_on_devices, xla_flags_with_devices
 from wmspec_jax import storage
 from wmspec_jax.lab import pairs, runs
 
@@ -145,7 +145,7 @@ def test_two_processes_write_their_shards_and_merge_into_the_single_process_reco
     args = ["--target=toy", "--draft=toy", "--num_prompts=4", "--batch_size=2", "--lookaheads=2",
             "--max_new_tokens=8", "--synthid_layers=4"]
     env = dict(os.environ, JAX_PLATFORMS="cpu", WMSPEC_SECRET="multi-process-test")
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = xla_flags_with_devices(None)
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, *script, *args, "--mesh=data=2", f"--output_dir={tmp_path / 'multi'}"],
                               cwd=root,

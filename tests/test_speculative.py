@@ -15,6 +15,7 @@ import pytest
 from scipy import stats as sstats
 
 from tests import stats
+from tests.multidevice import xla_flags_with_devices
 from wmspec_jax import decoders, prf, speculative, theory, toy
 from wmspec_jax.speculative import SpeculativeConfig
 
@@ -427,7 +428,7 @@ def test_batch_sharded_over_eight_devices_gives_the_same_tokens():
         print("OK")
         """
     )
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, XLA_FLAGS=xla_flags_with_devices(8), JAX_PLATFORMS="cpu")
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
                          cwd=os.path.dirname(os.path.dirname(__file__)))
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
