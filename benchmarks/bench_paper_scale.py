@@ -46,7 +46,6 @@ ratios (``ratios``) the targets in ``docs/performance.md`` are stated in.
 """
 
 import dataclasses
-import os
 import time
 
 from absl import app, flags
@@ -239,10 +238,10 @@ def main(argv):
             med = float(np.median(times[run]))
             b, k = run.batch_size, run.lookahead
             kv = kv_bytes(pair.target_config, b, context, dtype.itemsize)
-            # a draft tree of R paths: the target reads the weights once and R rows of cache, the draft
-            # reads its weights once per depth and R rows of its cache
+            # a draft tree of R paths: the target reads the weights and one row of cache per text (tree
+            # attention), the draft reads its weights once per depth and R rows of its cache
             paths = multidraft.num_paths(calls[run][0][-1].draft_tree or (1,))
-            floor_bytes = tbytes + paths * kv + (
+            floor_bytes = tbytes + kv + (
                 k * (dbytes + paths * kv_bytes(pair.draft_config, b, context, dtype.itemsize)) if k else 0)
             floor_ms = 1e3 * floor_bytes / (gbs * 1e9)
             row = {**dataclasses.asdict(run), "label": run.label, "seconds": times[run], "tokens": tokens,

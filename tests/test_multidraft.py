@@ -2,6 +2,7 @@
 step follow recursive rejection sampling exactly, Alg. 1 stays a function of (key, prompt), rows are
 batch-invariant, one path is one chain bit for bit, and the records name each draft's stream."""
 
+import dataclasses
 import functools
 
 import jax
@@ -161,6 +162,29 @@ def test_num_drafts_is_a_tree_and_one_draft_is_the_chain():
     assert SpeculativeConfig(lookahead=2, num_drafts=1).draft_tree is None
     assert SpeculativeConfig(lookahead=2, draft_tree=(1, 1)).draft_tree is None
     assert SpeculativeConfig(lookahead=2, draft_tree=[2, np.int64(2)]).draft_tree == (2, 2)
+
+
+@pytest.mark.parametrize("tree", [(3, 2, 1), (2, 2), (4, 1, 1)])
+def test_the_verified_tree_holds_each_distinct_prefix_once(tree):
+    """Two paths share their node at depth s exactly when their sibling indices agree up to s; a
+    node's parent is the node one depth up on its path; the tree has 1 + sum_s b_1 ... b_s nodes."""
+    parents, node_of = multidraft.tree_layout(tree)
+    r, k = multidraft.num_paths(tree), len(tree)
+    assert len(parents) == 1 + sum(int(np.prod(tree[: s + 1])) for s in range(k))
+    assert sorted(set(node_of.ravel().tolist())) == list(range(len(parents)))
+    siblings = np.stack([multidraft.sibling_index(tree, s) for s in range(k)], axis=1)
+    for a in range(r):
+        for s in range(1, k + 1):
+            assert parents[node_of[a, s]] == node_of[a, s - 1]
+            for b in range(r):
+                assert (node_of[a, s] == node_of[b, s]) == np.array_equal(siblings[a, :s], siblings[b, :s])
+
+
+def test_a_target_without_tree_attention_is_refused():
+    no_tree = dataclasses.replace(MODEL, step_tree=None)
+    with pytest.raises(ValueError, match="step_tree"):
+        speculative.generate(no_tree, TARGET, PROMPT[None], np.array([4]), prf.stream_keys([0]), jax.random.key(0),
+                             SpeculativeConfig(lookahead=2, num_drafts=2), draft=MODEL, draft_params=DRAFT)
 
 
 @pytest.mark.parametrize("kwargs,message", [

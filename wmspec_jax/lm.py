@@ -24,6 +24,17 @@ arguments instead of baking them in as constants):
   [B, T, D], cache)``: ``step`` that also returns the final hidden states
   (``hidden_size`` D), which a target paired with a
   :class:`FeatureDraftModel` must provide.
+* optional ``step_tree(params, cache, tokens[B, T] int32, parents, return_hidden=False)
+  -> (logits float32[B, T, V], hidden [B, T, D] or None, cache)`` scores a token
+  tree in one forward (tree attention; a target of multi-draft sampling must
+  provide it): ``parents`` is a static tuple of T ints, ``parents[0] = -1``
+  (the root) and ``parents[i] < i``. Node i is written to slot
+  ``length[b] + i`` at position ``length[b] + depth(i)`` and conditions on the
+  row's first ``length[b]`` tokens and its ancestors: ``logits[b, i]`` is the
+  next-token distribution after the root-to-i path. The lengths do not move:
+  the tree's slots are scratch until the caller moves the accepted path's
+  slots into place and sets the length (cache leaves of rank >= 2 are laid
+  out [batch, slot, ...], below).
 
 **The draft protocol.** The loop drafts through four methods that both kinds
 of draft implement, so it never asks which kind it holds:
@@ -54,6 +65,7 @@ from typing import Any, Callable, ClassVar, Union
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from wmspec_jax.buffers import row_slice
 
@@ -82,6 +94,7 @@ class LanguageModel:
     cache_lengths: Callable[[Cache], jax.Array]
     step_hidden: Callable | None = None
     hidden_size: int = 0
+    step_tree: Callable | None = None
 
     uses_target_features: ClassVar[bool] = False
 
@@ -171,6 +184,28 @@ class FeatureDraftModel:
         if self.feature_size != target.hidden_size:
             raise ValueError(f"draft {self.name!r} reads features of size {self.feature_size}, "
                              f"the target's hidden size is {target.hidden_size}")
+
+
+def tree_depths(parents: tuple) -> np.ndarray:
+    """int32[T]: each node's depth in a token tree given by ``parents`` (``step_tree``; root depth 0).
+
+    Raises ValueError unless ``parents[0] == -1`` and ``0 <= parents[i] < i`` for i >= 1."""
+    parents = tuple(int(x) for x in parents)
+    if not parents or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents) if i):
+        raise ValueError(f"parents must start with -1 and have 0 <= parents[i] < i, got {parents}")
+    depth = np.zeros(len(parents), np.int32)
+    for i in range(1, len(parents)):
+        depth[i] = depth[parents[i]] + 1
+    return depth
+
+
+def tree_ancestors(parents: tuple) -> np.ndarray:
+    """bool[T, T]: ``[i, j]`` when node j is node i or one of its ancestors (the tree attention mask)."""
+    tree_depths(parents)
+    seen = np.eye(len(parents), dtype=bool)
+    for i in range(1, len(parents)):
+        seen[i] |= seen[parents[i]]
+    return seen
 
 
 DraftModel = Union[LanguageModel, FeatureDraftModel]

@@ -22,14 +22,18 @@ exactly what one chain draws. The repeated-context rule is applied to each path'
 (committed tokens and the path's drafts): siblings share their context and are told apart by c,
 so a context is never marked as seen because of a sibling.
 
-**Layout.** The tree is held as its R = b_1 ⋯ b_K root-to-leaf paths, each a row of the models'
-batch: caches have B·R rows (equal on the committed text), the draft runs one forward per depth
-over all paths and the target one forward over all paths' K + 1 positions. A node shared by
-several paths is read from its *canonical* path (the lowest-numbered one through it), so every
-path sees the same Q and P there. After the walk the chosen path's window of each cache (and of
-the feature buffer of a draft that reads the target's hidden states) is copied to the other
-paths, O(K) slots per step, and the caches are rolled back as in one chain: they keep only the
-accepted path. Cache leaves of rank >= 2 must be [batch, slot, ...] (``wmspec_jax.lm``).
+**Layout.** The target scores the tree with tree attention (``LanguageModel.step_tree``): one
+row per text, one position per node (:func:`tree_layout`: the last committed token, then each
+distinct prefix once), each node attending to the committed text and its ancestors, so the target's
+cache is read once per text and a shared prefix is computed once. The draft holds the tree as its
+R = b_1 ⋯ b_K root-to-leaf paths, each a row of its batch (B·R rows, equal on the committed text),
+and runs one forward per depth over all paths; a node shared by several paths is read from its
+*canonical* path (the lowest-numbered one through it), so every path sees the same Q there.
+After the walk the accepted path's tree slots of the target's cache are moved into place and the
+chosen path's window of the draft's cache (and of the feature buffer of a draft that reads the
+target's hidden states) is copied to the other paths, O(K) slots per step; the caches are rolled
+back as in one chain and keep only the accepted path. Cache leaves of rank >= 2 must be
+[batch, slot, ...] (``wmspec_jax.lm``).
 
 Records: ``candidate`` says which sibling each accepted draft token was (the stream detection
 reads); ``accept_u`` / ``accept_prob`` hold the test of the accepted sibling, or of the last
@@ -106,6 +110,26 @@ def sibling_index(branching: tuple, depth: int) -> np.ndarray:
     return ((r // strides(branching)[depth]) % branching[depth]).astype(np.int32)
 
 
+def tree_layout(branching: tuple) -> tuple[tuple, np.ndarray]:
+    """The tree the target verifies: (parents, node_of).
+
+    Node 0 is the last committed token; then come the nodes of depth 1, 2, ..., K, one per
+    distinct prefix, in the order of their canonical paths. ``parents`` (T ints, ``parents[0] =
+    -1``) is the tree as ``LanguageModel.step_tree`` reads it; ``node_of`` int32[R, K + 1] is the
+    node of path r at each depth (depth 0: the root).
+    """
+    r, k = num_paths(branching), len(branching)
+    stride = strides(branching)
+    node_of = np.zeros((r, k + 1), np.int32)
+    parents, offset = [-1], 1
+    for s in range(k):
+        node_of[:, s + 1] = offset + np.arange(r) // stride[s]
+        canonical = np.arange(0, r, stride[s])
+        parents.extend(node_of[canonical, s].tolist())
+        offset += canonical.size
+    return tuple(parents), node_of
+
+
 def parent_path(branching: tuple, depth: int) -> np.ndarray:
     """int32[R]: the canonical path of the node each path's token at ``depth`` hangs from."""
     r = np.arange(num_paths(branching))
@@ -139,6 +163,18 @@ def _pick(x, path: jax.Array, r: int):
 
 def _gather_rows(c: Candidates, rows: jax.Array) -> Candidates:
     return jax.tree_util.tree_map(lambda a: a[rows], c)
+
+
+def _move_slots(tree, src: jax.Array, dst_start: jax.Array):
+    """Every [B, S, ...] leaf of ``tree`` with slot dst_start[b] + t set to slot src[b, t] (int32[B, P])."""
+    rows = jnp.arange(src.shape[0])[:, None]
+    dst = dst_start[:, None] + jnp.arange(src.shape[1], dtype=dst_start.dtype)[None]
+
+    def one(x):
+        if x is None or x.ndim < 2:
+            return x
+        return x.at[rows, dst].set(x[rows, src], mode="drop")
+    return jax.tree_util.tree_map(one, tree)
 
 
 def _copy_window(tree, chosen: jax.Array, start: jax.Array, size: int, r: int):
@@ -213,12 +249,15 @@ def _draw_sibling(st: stages.Static, inputs: stages.Inputs, tokens, pos, q: Cand
 
 def initial_state(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inputs: stages.Inputs,
                   prompts: jax.Array, pad_id: int) -> stages.LoopState:
-    """One chain's prefill, its caches (and feature buffer) repeated for the R paths of each text."""
+    """One chain's prefill; the draft's cache (and the feature buffer) repeated for the R paths of each
+    text, the target's kept once per text (it scores the tree with tree attention)."""
+    if target.step_tree is None:
+        raise ValueError(f"target {target.name!r} cannot score a token tree (no step_tree), which "
+                         f"multi-draft sampling needs")
     r = num_paths(st.tree)
     state = stages.initial_state(st, target, draft_model, inputs, prompts, pad_id)
     rep = lambda t: jax.tree_util.tree_map(lambda x: _repeat(x, r), t)  # noqa: E731
-    return state._replace(target_cache=rep(state.target_cache), draft_cache=rep(state.draft_cache),
-                          features=_repeat(state.features, r))
+    return state._replace(draft_cache=rep(state.draft_cache), features=_repeat(state.features, r))
 
 
 def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inputs: stages.Inputs,
@@ -279,10 +318,19 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
         if s < k - 1:
             logits, carry, draft_cache = draft_model.draft_next(inputs.draft_params, draft_cache, token, carry)
 
-    # verify: the target over every path's K + 1 positions in one forward
-    p, target_cache, target_bad, target_logits, features = stages.verify(
-        st, target, path_inputs, state.target_cache, path_tokens, rows_n, state.features)
-    nonfinite = (nonfinite | target_bad).reshape(bsz, r).any(axis=1)
+    # verify: the target over the tree's nodes in one forward (tree attention), read back per path
+    parents, node_of = tree_layout(branching)
+    tree_tokens = jnp.concatenate([row_slice(state.tokens, n - 1, 1)] + [
+        d.reshape(bsz, r)[:, ::stride[s]] for s, d in enumerate(drafted)], axis=1)
+    features = state.features
+    tree_logits, hidden, target_cache = target.step_tree(inputs.target_params, state.target_cache, tree_tokens,
+                                                         parents, return_hidden=features is not None)
+    p_tree, target_bad = st.process(tree_logits)
+    as_paths = lambda a: a[:, node_of].reshape((bsz * r, k + 1) + a.shape[2:])  # noqa: E731
+    p = jax.tree_util.tree_map(as_paths, p_tree)
+    if features is not None:
+        features = row_update(features, rows_n, as_paths(hidden).astype(features.dtype))
+    nonfinite = nonfinite.reshape(bsz, r).any(axis=1) | target_bad.any(axis=1)
 
     # walk: recursive rejection sampling from the root, one depth at a time
     node = jnp.zeros((bsz,), jnp.int32)  # canonical path of the current node
@@ -349,17 +397,20 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
     chosen_marked = stack([_pick(w, node, r) for w in watermarked])
     chain = stages.Drafts(tokens=tokens, drafted=None, q=None, log_q=None, fresh=None, watermarked=chosen_marked,
                           cache=None, nonfinite=None)
+    path_nodes = jnp.asarray(node_of)[node]  # int32[B, K + 1]: the chosen path's tree nodes
+    target_logits = jnp.take_along_axis(tree_logits, path_nodes[:, :, None], axis=1)
     new = stages.commit(st, inputs, state, tokens, j, final_token, source, final_marked, chain, stack(u_rec),
-                        stack(prob_rec), _pick(target_logits, node, r), siblings=stack(sib_rec))
+                        stack(prob_rec), target_logits, siblings=stack(sib_rec))
 
-    # keep the accepted path in every path's caches, then roll back as one chain does
+    # keep the accepted path: the target's tree slots moved into place, the chosen path's window
+    # copied to every path of the draft's cache; then roll back as one chain does
     start = n - 1
-    target_cache = _copy_window(target_cache, node, start, k + 1, r)
+    target_cache = _move_slots(target_cache, start[:, None] + path_nodes, start)
     draft_cache = _copy_window(draft_cache, node, start, k + 1, r)
     if features is not None:
         features = _copy_window(features, node, n, k + 1, r)
-    old = state._replace(n=rows_n, done=_repeat(state.done, r))
-    target_cache, draft_cache = stages.rollback(st, target, draft_model, target_cache, draft_cache, old,
-                                                _repeat(j, r))
+    target_cache = stages.rollback_target(target, target_cache, state, j)
+    draft_cache = stages.rollback_draft(draft_model, draft_cache, state._replace(n=rows_n, done=_repeat(state.done, r)),
+                                        _repeat(j, r))
     return new._replace(target_cache=target_cache, draft_cache=draft_cache, features=features,
                         nonfinite=state.nonfinite | (nonfinite & ~state.done))

@@ -77,7 +77,9 @@ class SpeculativeConfig:
         detection scores each stream with its decoder's statistic (``docs/decoders.md``).
       num_drafts: n >= 1 candidate chains of K drafts per step, verified together by recursive
         rejection sampling (beyond the paper: :mod:`wmspec_jax.multidraft`); 1 (default) is the
-        paper's one chain, token for token. Shorthand for ``draft_tree=(n, 1, ..., 1)``.
+        paper's one chain, token for token. Shorthand for ``draft_tree=(n, 1, ..., 1)``. The target
+        scores the tree in one forward with tree attention (``LanguageModel.step_tree``, which the
+        transformers of :mod:`wmspec_jax.models` and the toy pair provide).
       draft_tree: branching factors (b_1, ..., b_K) of a static draft tree, b_s children per node at
         depth s (e.g. (3, 2, 1)); None: given by ``num_drafts``. Stored as None when it is one chain.
       distinct_drafts: draw the siblings of a node without replacement (sibling c from Q without the

@@ -44,6 +44,7 @@ features of them.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -88,6 +89,14 @@ class Static:
     def process(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
         """Candidates of float32[..., V] logits and the NaN / +inf flag per distribution."""
         return candidates.process(logits, self.temperature, self.top_k)
+
+    @property
+    def verify_width(self) -> int:
+        """Positions the target scores per step: K + 1 for one chain, 1 + the tree's nodes for a
+        draft tree (:func:`wmspec_jax.multidraft.tree_layout`)."""
+        if self.tree is None:
+            return self.lookahead + 1
+        return 1 + sum(math.prod(self.tree[: s + 1]) for s in range(len(self.tree)))
 
     @property
     def biases(self) -> bool:
@@ -451,15 +460,21 @@ def rollback(st: Static, target: LanguageModel, draft_model: Optional[DraftModel
     Returns:
       (target cache, draft cache).
     """
-    active = ~old.done
-    keep = old.n + j
-    target_cache = target.rewind(
-        target_cache, jnp.where(active, keep, target.cache_lengths(old.target_cache)))
+    target_cache = rollback_target(target, target_cache, old, j)
     if st.lookahead > 0:
-        draft_len = jnp.minimum(draft_model.cache_lengths(draft_cache), draft_model.draft_keep(old.n, keep))
-        draft_cache = draft_model.rewind(
-            draft_cache, jnp.where(active, draft_len, draft_model.cache_lengths(old.draft_cache)))
+        draft_cache = rollback_draft(draft_model, draft_cache, old, j)
     return target_cache, draft_cache
+
+
+def rollback_target(target: LanguageModel, cache, old: LoopState, j: jax.Array):
+    """The target's half of :func:`rollback`: length n + j (old length where done)."""
+    return target.rewind(cache, jnp.where(~old.done, old.n + j, target.cache_lengths(old.target_cache)))
+
+
+def rollback_draft(draft_model: DraftModel, cache, old: LoopState, j: jax.Array):
+    """The draft's half of :func:`rollback`: what it has of n + j, at most its ``draft_keep``."""
+    keep = jnp.minimum(draft_model.cache_lengths(cache), draft_model.draft_keep(old.n, old.n + j))
+    return draft_model.rewind(cache, jnp.where(~old.done, keep, draft_model.cache_lengths(old.draft_cache)))
 
 
 def step(st: Static, target: LanguageModel, draft_model: Optional[DraftModel], inputs: Inputs,
@@ -500,7 +515,7 @@ def initial_state(st: Static, target: LanguageModel, draft_model: Optional[Draft
     tokens = jnp.where(in_prompt, tokens, pad_id)
 
     prompt, num = tokens[:, : p_max - 1], inputs.start - 1
-    target_cache = target.init_cache(bsz, buf_len)
+    target_cache = target.init_cache(bsz, buf_len + st.verify_width - (st.lookahead + 1))
     draft_cache = draft_model.init_cache(bsz, buf_len) if st.lookahead > 0 else None
     features = None
     if st.lookahead > 0 and draft_model.uses_target_features:

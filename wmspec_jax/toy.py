@@ -38,6 +38,13 @@ def markov_model(vocab_size: int) -> LanguageModel:
         logits = jnp.take(jnp.asarray(params, jnp.float32), jnp.asarray(tokens, jnp.int32), axis=0)
         return logits, {"lengths": cache["lengths"] + jnp.asarray(num_new, jnp.int32)}
 
+    def step_tree(params, cache, tokens, parents, return_hidden=False):
+        # a Markov chain's next token depends on the node's own token only
+        if return_hidden:
+            raise ValueError("a Markov chain has no hidden states")
+        logits = jnp.take(jnp.asarray(params, jnp.float32), jnp.asarray(tokens, jnp.int32), axis=0)
+        return logits, None, cache
+
     def rewind(cache, lengths):
         return {"lengths": jnp.asarray(lengths, jnp.int32)}
 
@@ -46,6 +53,7 @@ def markov_model(vocab_size: int) -> LanguageModel:
         vocab_size=vocab_size,
         init_cache=init_cache,
         step=step,
+        step_tree=step_tree,
         rewind=rewind,
         cache_lengths=lambda cache: cache["lengths"],
     )

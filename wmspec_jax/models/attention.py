@@ -25,6 +25,13 @@ a 4096-slot cache so reads one 256-slot block per layer, not 4096 slots.
 Blocks past a row's own length, or before its window, add exact zeros to its
 sums (weight 0, running factor exactly 1), so a row's output does not depend
 on how long the other rows of its batch are.
+
+**Token trees.** With ``tree=(base, ancestors)`` the T queries are the nodes of
+a token tree (multi-draft verification, :mod:`wmspec_jax.multidraft`): node i
+sits in slot ``base[b] + i`` at RoPE position ``base[b] + depth(i)`` and sees
+the row's first ``base[b]`` slots and the slots of its ancestors and itself
+(``ancestors[i, j]``), as SpecInfer's tree attention does: shared prefixes
+are computed once and the cache is read once per text, not once per path.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ def _project(h, lp, name, bias, heads, head_dim):
 
 def attention(config: TransformerConfig, h: jax.Array, lp: dict, window: int,
               k_cache: jax.Array, v_cache: jax.Array, positions: jax.Array,
-              slots_out: jax.Array, inv_freq: jax.Array, *, block: int = DEFAULT_BLOCK):
+              slots_out: jax.Array, inv_freq: jax.Array, *, block: int = DEFAULT_BLOCK, tree=None):
     """One attention block; writes this call's keys / values into this layer's cache.
 
     Args:
@@ -64,6 +71,7 @@ def attention(config: TransformerConfig, h: jax.Array, lp: dict, window: int,
       slots_out: int32[B, T] cache slots written; out-of-range slots are
         dropped by the scatter (how unwritten tokens are skipped).
       block: static slots per attention block (:func:`attend`).
+      tree: None, or (int32[B] base, bool[T, T] ancestors) for a token tree (:func:`attend`).
 
     Returns:
       (dtype[B, T, D] attention output after ``wo``, k_cache, v_cache).
@@ -93,7 +101,7 @@ def attention(config: TransformerConfig, h: jax.Array, lp: dict, window: int,
     rows = jnp.arange(b)[:, None]
     k_cache = k_cache.at[rows, slots_out].set(k.astype(k_cache.dtype), mode="drop")
     v_cache = v_cache.at[rows, slots_out].set(v.astype(v_cache.dtype), mode="drop")
-    out = attend(config, q, k_cache, v_cache, positions, window, block=block)
+    out = attend(config, q, k_cache, v_cache, positions, window, block=block, tree=tree)
     return out.reshape(b, t, nh * dh) @ lp["wo"], k_cache, v_cache
 
 
@@ -116,8 +124,22 @@ def _visible(slots: jax.Array, positions: jax.Array, window: int, capacity: int)
     return visible
 
 
+def _tree_visible(slots: jax.Array, positions: jax.Array, window: int, capacity: int, base: jax.Array,
+                  ancestors: jax.Array) -> jax.Array:
+    """bool[B, T, S'] for tree queries (module doc): the committed slots ``< base`` within the window,
+    and the tree's slots ``base + j`` where ``ancestors[i, j]``."""
+    t = ancestors.shape[0]
+    rel = slots[None, :] - base[:, None]  # [B, S']
+    committed = (rel < 0)[:, None, :]
+    if window < capacity:
+        committed &= slots[None, None, :] > positions[:, :, None] - window
+    in_tree = (rel >= 0) & (rel < t)
+    seen = jnp.take(jnp.asarray(ancestors), jnp.clip(rel, 0, t - 1), axis=1)  # [T, B, S']
+    return committed | (in_tree[:, None, :] & jnp.transpose(seen, (1, 0, 2)))
+
+
 def attend(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax.Array,
-           positions: jax.Array, window: int, *, block: int = DEFAULT_BLOCK) -> jax.Array:
+           positions: jax.Array, window: int, *, block: int = DEFAULT_BLOCK, tree=None) -> jax.Array:
     """Softmax attention of queries over one layer's cache; cost follows the filled length.
 
     Args:
@@ -129,6 +151,8 @@ def attend(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax
       block: static slots per block. ``S <= block``: the whole cache as one
         block. Otherwise the blocks that any query of the batch can see,
         ``[min(p) - window + 1, max(p)]``, one at a time (module doc).
+      tree: None, or (int32[B] base, bool[T, T] ancestors): the queries are a token tree's nodes
+        in slots ``base .. base + T − 1`` (module doc); the window must exceed the tree's depth.
 
     Returns:
       dtype[B, T, H, Dh] (``values.dtype``).
@@ -152,7 +176,11 @@ def attend(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax
         slots = start + jnp.arange(block)
         k_blk = jax.lax.dynamic_slice_in_dim(keys, start, block, axis=1)
         v_blk = jax.lax.dynamic_slice_in_dim(values, start, block, axis=1)
-        visible = _visible(slots, positions, window, capacity) & (slots >= i * block)[None, None, :]
+        if tree is None:
+            visible = _visible(slots, positions, window, capacity)
+        else:
+            visible = _tree_visible(slots, positions, window, capacity, *tree)
+        visible &= (slots >= i * block)[None, None, :]
         scores = jnp.where(visible[:, None, None], _scores(config, qg, k_blk), -jnp.inf)
         new_max = jnp.maximum(run_max, jnp.max(scores, axis=-1))
         # While a row has seen nothing its maximum is -inf: shift by 0 there,
@@ -171,7 +199,7 @@ def attend(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax
     if num_blocks == 1:
         _, run_sum, acc = one_block(0, init)
     else:
-        last = jnp.max(positions)
+        last = jnp.max(positions) if tree is None else jnp.max(tree[0]) + t - 1
         first = jnp.maximum(jnp.min(positions) - window + 1, 0) if window < capacity else 0
         lo = jnp.clip(first // block, 0, num_blocks)
         hi = jnp.clip(last // block + 1, lo, num_blocks)

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax.lm import LanguageModel
+from wmspec_jax.lm import LanguageModel, tree_ancestors, tree_depths
 from wmspec_jax.models import cache as cache_lib
 from wmspec_jax.models import partitioning, transformer
 from wmspec_jax.models.attention import DEFAULT_BLOCK
@@ -156,6 +156,54 @@ _jitted_step = jax.jit(_step, static_argnames=("config", "head", "width", "retur
                                                "hidden_fn"))
 
 
+def tree_step(config: TransformerConfig, head: Head | None, params, cache: cache_lib.KVCache, tokens: jax.Array,
+              parents: tuple, return_hidden: bool = False, *, logit_width: int | None = None,
+              attention_block: int = DEFAULT_BLOCK):
+    """Scores a token tree in one forward (the protocol's ``step_tree``, :mod:`wmspec_jax.lm`).
+
+    ``tokens`` int32[B, T] are the nodes, ``parents`` (static, T ints) their tree: node i goes to
+    slot ``lengths[b] + i`` at position ``lengths[b] + depth(i)`` and attends to the row's cache and
+    to its ancestors. Returns (float32[B, T, W] logits, dtype[B, T, D] hidden or None, cache with
+    unchanged lengths). Bad inputs as :func:`step` (every node is written); a layer whose attention
+    window does not exceed the tree's depth is refused (ValueError).
+    """
+    tokens = jnp.asarray(tokens)
+    parents = tuple(int(x) for x in parents)
+    depths = tree_depths(parents)
+    if tokens.ndim != 2 or tokens.shape[1] != len(parents):
+        raise ValueError(f"tokens must be [B, T={len(parents)}] (one per node of parents), got {tokens.shape}")
+    if int(config.attention_windows().min()) <= int(depths.max()):
+        raise ValueError(f"a token tree of depth {int(depths.max())} needs attention windows longer than it")
+    full = jnp.full((tokens.shape[0],), tokens.shape[1], jnp.int32)
+    _check_shapes(cache, tokens, full)
+    width = int(logit_width or config.vocab_size)
+    if all(map(is_concrete, (tokens, cache.lengths))):
+        check_step_inputs(cache, tokens, full, width)
+    return _jitted_tree_step(config, params, cache, tokens, parents, head=head, width=width,
+                             return_hidden=bool(return_hidden), attention_block=attention_block)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "parents", "head", "width", "return_hidden",
+                                             "attention_block"))
+def _jitted_tree_step(config: TransformerConfig, params, cache: cache_lib.KVCache, tokens: jax.Array,
+                      parents: tuple, *, head: Head | None, width: int, return_hidden: bool,
+                      attention_block: int):
+    t = tokens.shape[1]
+    slots = cache.lengths[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
+    positions = cache.lengths[:, None] + jnp.asarray(tree_depths(parents))[None, :]
+    ids = tokens.astype(jnp.int32)
+    if width > config.vocab_size:
+        ids = jnp.where((ids >= config.vocab_size) & (ids < width), 0, ids)
+    h, cache = transformer.hidden_states(config, params, ids, positions, cache, cache.lengths,
+                                         attention_block=attention_block, slots=slots,
+                                         tree=(cache.lengths, tree_ancestors(parents)))
+    h = jnp.where((slots >= cache.capacity)[..., None], jnp.asarray(jnp.nan, h.dtype), h)
+    logits = (head or functools.partial(transformer.lm_logits, config))(params, h)
+    if width > logits.shape[-1]:
+        logits = jnp.pad(logits, ((0, 0), (0, 0), (0, width - logits.shape[-1])), constant_values=-jnp.inf)
+    return logits, (h if return_hidden else None), cache
+
+
 def make_language_model(config: TransformerConfig, *, name: str,
                         dtype=jnp.float32, head: Head | None = None,
                         vocab_size: int | None = None,
@@ -190,6 +238,7 @@ def make_language_model(config: TransformerConfig, *, name: str,
         step_hidden=functools.partial(step, config, head, logit_width=width, return_hidden=True,
                                       attention_block=attention_block),
         hidden_size=config.hidden_size,
+        step_tree=functools.partial(tree_step, config, head, logit_width=width, attention_block=attention_block),
         rewind=cache_lib.rewind,
         cache_lengths=cache_lib.cache_lengths,
     )

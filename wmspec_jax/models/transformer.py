@@ -59,7 +59,8 @@ def _mlp(h: jax.Array, lp: Params, config: TransformerConfig) -> jax.Array:
 def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
                   positions: jax.Array, cache: KVCache, lengths: jax.Array,
                   write_mask: jax.Array | None = None, *,
-                  attention_block: int = DEFAULT_BLOCK) -> tuple[jax.Array, KVCache]:
+                  attention_block: int = DEFAULT_BLOCK, slots: jax.Array | None = None,
+                  tree=None) -> tuple[jax.Array, KVCache]:
     """Runs the decoder stack and the final norm.
 
     Args:
@@ -77,12 +78,15 @@ def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
       attention_block: static slots per attention block: a cache longer than
         this is read block by block up to the longest row's last position
         (:func:`wmspec_jax.models.attention.attend`).
+      slots: optional int32[B, T] cache slots to write instead of ``positions`` (a token tree).
+      tree: optional (int32[B] base, bool[T, T] ancestors): the tokens are a token tree's nodes
+        (:func:`wmspec_jax.models.attention.attend`).
 
     Returns:
       (hidden dtype[B, T, D] after the final norm, updated cache).
     """
     return decoder_stack(config, params, embed_tokens(config, params, tokens), positions, cache,
-                         lengths, write_mask, attention_block=attention_block)
+                         lengths, write_mask, attention_block=attention_block, slots=slots, tree=tree)
 
 
 def embed_tokens(config: TransformerConfig, params: Params, tokens: jax.Array) -> jax.Array:
@@ -100,14 +104,15 @@ def embed_tokens(config: TransformerConfig, params: Params, tokens: jax.Array) -
 
 def decoder_stack(config: TransformerConfig, params: Params, x: jax.Array, positions: jax.Array,
                   cache: KVCache, lengths: jax.Array, write_mask: jax.Array | None = None, *,
-                  attention_block: int = DEFAULT_BLOCK) -> tuple[jax.Array, KVCache]:
+                  attention_block: int = DEFAULT_BLOCK, slots: jax.Array | None = None,
+                  tree=None) -> tuple[jax.Array, KVCache]:
     """The layers and the final norm over input vectors dtype[B, T, D] (:func:`hidden_states`'
     arguments otherwise); lets a draft feed something other than token embeddings."""
     dtype = x.dtype
     inv_freq = jnp.asarray(config.rope_inv_freq())
-    slots_out = positions
+    slots_out = positions if slots is None else slots
     if write_mask is not None:
-        slots_out = jnp.where(write_mask, positions, cache.capacity)  # dropped by the scatter
+        slots_out = jnp.where(write_mask, slots_out, cache.capacity)  # dropped by the scatter
     layers = params["layers"]
     if len(layers) != config.num_layers or len(cache.k) != config.num_layers:
         raise ValueError(f"the config has {config.num_layers} layers, the params {len(layers)} and "
@@ -116,7 +121,7 @@ def decoder_stack(config: TransformerConfig, params: Params, x: jax.Array, posit
     for layer, (lp, window) in enumerate(zip(layers, config.attention_windows().tolist())):
         attn, k_cache[layer], v_cache[layer] = attention(
             config, rms_norm(x, lp["attn_norm"], config), lp, window, k_cache[layer], v_cache[layer],
-            positions, slots_out, inv_freq, block=attention_block)
+            positions, slots_out, inv_freq, block=attention_block, tree=tree)
         if config.sandwich_norms:
             attn = rms_norm(attn, lp["post_attn_norm"], config)
         x = x + attn.astype(dtype)
