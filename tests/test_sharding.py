@@ -156,6 +156,10 @@ SCRIPT = textwrap.dedent(
             r = speculative.generate(t, p, *args, c, draft=d, draft_params=dp)
             out[method] = np.asarray(r.tokens).tolist()
             out[method + "_sharding"] = list(r.tokens.sharding.spec) if mesh is not None else None
+        # multi-draft: the target verifies the tree with tree attention on its sharded cache
+        c = speculative.SpeculativeConfig(method="pseudorandom", decoder=decoders.WatermarkDecoder("gumbel"),
+                                          lookahead=2, max_new_tokens=8, draft_tree=(2, 2))
+        out["tree"] = np.asarray(speculative.generate(t, p, *args, c, draft=d, draft_params=dp).tokens).tolist()
         logits, cache = jax.jit(t.step)(p, t.init_cache(8, 8), ids, jnp.full((8,), 5, jnp.int32))
         out["logits"] = np.asarray(logits)
         if mesh is not None:
@@ -173,10 +177,11 @@ SCRIPT = textwrap.dedent(
     for spec in ("data=2,model=4", "data=1,model=8"):
         got = run(sharding.make_mesh(spec))
         got["logit_diff"] = float(np.abs(got.pop("logits") - ref["logits"]).max())
-        for m in ("pseudorandom",):
+        for m in ("pseudorandom", "tree"):
             got[m + "_same"] = got.pop(m) == ref[m]
         report[spec] = got
     report["ref_distinct_tokens"] = len(set(np.ravel(ref["pseudorandom"])))
+    report["tree_differs_from_chain"] = ref["tree"] != ref["pseudorandom"]
 
     # A safetensors checkpoint loaded straight into the model=4 layout.
     import os, sys, tempfile
@@ -217,11 +222,12 @@ def eight_device_report():
 
 @pytest.mark.parametrize("spec", ["data=2,model=4", "data=1,model=8"])
 def test_meshes_give_the_one_device_tokens(eight_device_report, spec):
-    """Bit-identical Alg. 1 tokens; logits within 1e-5 (float32
+    """Bit-identical Alg. 1 tokens, one chain and a (2, 2) draft tree; logits within 1e-5 (float32
     reassociation in the sharded contractions)."""
     got = eight_device_report[spec]
     assert eight_device_report["ref_distinct_tokens"] > 30  # the comparison is not vacuous
-    assert got["pseudorandom_same"]
+    assert eight_device_report["tree_differs_from_chain"]
+    assert got["pseudorandom_same"] and got["tree_same"]
     assert got["logit_diff"] < 1e-5
     data = int(spec.split(",")[0].split("=")[1])
     assert got["pseudorandom_sharding"] == (["data"] if data > 1 else [])
