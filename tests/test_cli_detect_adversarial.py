@@ -166,6 +166,10 @@ def test_multi_draft_synthid_lines_are_searched_or_read_from_their_records(tmp_p
     assert 0 < searched["pvalue"] <= 1 and searched["verdict"] == "not detected"  # human text
     rc, stdout, err = call([path, key, "--format=json", "--sibling_weights=1,1,1"])
     assert rc == 0 and lines(stdout)[0]["sibling_weights"] == [0.333333] * 3, err
+    assert "unused" not in err
+    rc, stdout, err = call([jsonl(tmp_path / "r.jsonl", [row | {"candidate": [0] * len(ids)}]), key,
+                            "--format=json", "--sibling_weights=1,1,1"])
+    assert rc == 0 and "sibling_weights" not in lines(stdout)[0] and "--sibling_weights unused" in err, err
     for flag, message in [("--sibling_weights=1,1", "searches 3 sibling streams; --sibling_weights gives 2"),
                           ("--sibling_weights=1,0,1", "must be positive numbers"),
                           ("--sibling_weights=1,x,1", "must be numbers")]:

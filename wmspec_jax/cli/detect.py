@@ -46,7 +46,8 @@ over the n streams (``"sibling_streams": "searched"``, with the
 ``"sibling_weights"`` used; ``--sibling_weights``, default w_c ∝ 4^-c):
 Gumbel-family statistics take max_c (y^D_c)^(1/w_c), SynthID's the search of
 :mod:`wmspec_jax.detect.synthid_search`; both are exactly one stream's null
-law, so every p-value stays exact (``docs/multidraft.md``).
+law, so every p-value stays exact (``docs/multidraft.md``). ``--sibling_weights``
+that no text uses (every text one chain or recorded) is said on stderr.
 
 **Which detector** (``--detector``, a comma-separated list of registry names
 or saved detector files; the first is the primary): ``auto`` is the best
@@ -780,6 +781,9 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
         groups.setdefault(it.group, []).append(it)
     for group in groups.values():
         _score_group(fv, secret, group, specs, vocab)
+    if fv.sibling_weights is not None and all(it.sibling_weights is None for it in items):
+        print(f"{PROG}: --sibling_weights unused: no text was searched over sibling streams (each was one "
+              "chain, or its line records the stream of every token)", file=stderr)
     t_score = time.perf_counter()
     num_tokens = sum(len(it.ids) for it in items)
     timing = {"texts": len(items), "tokens": num_tokens, "read_seconds": t_read - t0,
