@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One accelerator check: the speed table at the paper's shapes, the transformers
 # baseline, the decode step against its references, the 7B memory per device,
-# batch invariance, and the tests behind the claims, run on the default JAX
+# batch invariance, multi-draft speed, and the tests behind the claims, run on the default JAX
 # device; one JSON (plus each part's log) in OUT_DIR.
 #
 #   bash benchmarks/accelerator_check.sh [OUT_DIR]      # default results/accelerator_check
@@ -27,6 +27,9 @@
 #                     table's Llama-2-7B rows at batch 1 with Gumbel-max, and the baseline)
 #   CHECK_PAPER_MORE_RUNS  which runs it times last (default --preset=table_rest: the rest of the
 #                     table of docs/performance.md; "none": skip)
+#   CHECK_MULTIDRAFT_RUNS  which multi-draft runs bench_paper_scale times (default: the Llama-2-7B
+#                     pair at K = 3, standard and Alg. 1, one chain against 3 chains, 4 distinct
+#                     chains and the distinct (3, 2, 1) tree; docs/multidraft.md; "none": skip)
 #   CHECK_DECODE_FLAGS, CHECK_INVARIANCE_FLAGS
 #                     extra flags for bench_decode_step, batch_invariance (appended: they
 #                     override the script's own)
@@ -73,7 +76,7 @@ device_log = os.path.join(out_dir, "device.log")
 if os.path.exists(device_log):
     lines = [l for l in open(device_log) if l.startswith("{")]
     report["device"] = json.loads(lines[-1]) if lines else None
-for name in ("paper_scale", "paper_scale_more", "decode_step", "memory_7b", "batch_invariance"):
+for name in ("paper_scale", "paper_scale_more", "decode_step", "memory_7b", "batch_invariance", "multidraft"):
     path = os.path.join(out_dir, name + ".json")
     report[name] = json.load(open(path)) if os.path.exists(path) else None
 xml_path = os.path.join(out_dir, "tests.xml")
@@ -130,6 +133,11 @@ fi
 part batch_invariance "$PY" -m benchmarks.batch_invariance --max_new_tokens="$((NEW_TOKENS < 32 ? NEW_TOKENS : 32))" \
   --reduce="$REDUCE" --output="$OUT_DIR/batch_invariance.json" ${CHECK_INVARIANCE_FLAGS:-}
 part memory_7b "$PY" -m benchmarks.bench_sharding --parts=memory,gpu --json="$OUT_DIR/memory_7b.json"
+if [ "${CHECK_MULTIDRAFT_RUNS:-}" != none ]; then
+  part multidraft "$PY" -m benchmarks.bench_paper_scale \
+    ${CHECK_MULTIDRAFT_RUNS:---pairs=llama2 --methods=standard,pseudorandom --lookaheads=3 --draft_trees=1,3,4d,3x2x1d --hf_baseline=off} \
+    --reduce="$REDUCE" --repeats="$REPEATS" --max_new_tokens="$NEW_TOKENS" --output="$OUT_DIR/multidraft.json"
+fi
 if [ "${CHECK_PAPER_MORE_RUNS:-}" != none ]; then
   part paper_scale_more "$PY" -m benchmarks.bench_paper_scale ${CHECK_PAPER_MORE_RUNS:---preset=table_rest} \
     --reduce="$REDUCE" --repeats="$REPEATS" --max_new_tokens="$NEW_TOKENS" --output="$OUT_DIR/paper_scale_more.json"

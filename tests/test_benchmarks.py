@@ -11,6 +11,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_accelerator_check_runs_on_the_cpu_at_reduced_shapes(tmp_path):
     env = dict(os.environ, CHECK_REDUCE="32", CHECK_REPEATS="1", CHECK_NEW_TOKENS="4", CHECK_LAYERS="1",
                CHECK_PAPER_RUNS="--pairs=llama2 --methods=plain", CHECK_PAPER_MORE_RUNS="none",
+               CHECK_MULTIDRAFT_RUNS="--pairs=llama2 --methods=pseudorandom --lookaheads=2 --draft_trees=2x1 "
+                                     "--hf_baseline=off",
                CHECK_DECODE_FLAGS="--capacities=64 --filled=16 --steps=2",
                CHECK_INVARIANCE_FLAGS="--num_prompts=1 --dtypes=float32 --decoders=gumbel",
                CHECK_TESTS="float64_reference and 64 and 5-None", CHECK_TIMEOUT="300")
@@ -19,11 +21,13 @@ def test_accelerator_check_runs_on_the_cpu_at_reduced_shapes(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "accelerator_check.json").read_text())
     assert set(report["parts"]) == {"device", "paper_scale", "decode_step", "memory_7b", "batch_invariance",
-                                    "tests"}
+                                    "tests", "multidraft"}
     assert all(p["exit_status"] == 0 for p in report["parts"].values()), report["parts"]
     assert report["device"]["backend"] == "cpu"
     labels = {row["label"] for row in report["paper_scale"]["rows"]}
     assert labels == {"llama2/plain/K0/gumbel/b1"}
+    (tree,) = report["multidraft"]["rows"]
+    assert tree["draft_shape"] == "2x1" and tree["tokens_per_step"] >= 1
     assert all(row["step_over_floor"] > 0 and row["compile_s"] > 0 for row in report["paper_scale"]["rows"])
     assert {"ours@64", "minimal@64", "rolled@64"} <= set(report["decode_step"]["ms_per_step"])
     assert report["memory_7b"]["memory_7b"]["llama2-7b"][0]["params"] > 6.7e9
@@ -38,7 +42,7 @@ def test_accelerator_check_past_its_deadline_records_every_part_as_skipped(tmp_p
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((tmp_path / "accelerator_check.json").read_text())
     assert set(report["parts"]) == {"device", "paper_scale", "decode_step", "tests", "batch_invariance",
-                                    "memory_7b", "paper_scale_more"}
+                                    "memory_7b", "multidraft", "paper_scale_more"}
     assert all(p["skipped"] and p["exit_status"] is None for p in report["parts"].values())
     assert report["paper_scale"] is None and "parts failed or skipped" in done.stdout
 
