@@ -326,10 +326,15 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
     tree_logits, hidden, target_cache = target.step_tree(inputs.target_params, state.target_cache, tree_tokens,
                                                          parents, return_hidden=features is not None)
     p_tree, target_bad = st.process(tree_logits)
-    as_paths = lambda a: a[:, node_of].reshape((bsz * r, k + 1) + a.shape[2:])  # noqa: E731
-    p = jax.tree_util.tree_map(as_paths, p_tree)
-    if features is not None:
-        features = row_update(features, rows_n, as_paths(hidden).astype(features.dtype))
+    node_table = jnp.asarray(node_of)
+    texts = jnp.arange(bsz)
+
+    def p_at(path, depth):  # P at the node of each text's path ``path`` [B] at ``depth``
+        return jax.tree_util.tree_map(lambda a: a[texts, node_table[path, depth]], p_tree)
+
+    if features is not None:  # each path row's buffer gets the hidden states along its path
+        per_path = hidden[:, node_of].reshape((bsz * r, k + 1) + hidden.shape[2:])
+        features = row_update(features, rows_n, per_path.astype(features.dtype))
     nonfinite = nonfinite.reshape(bsz, r).any(axis=1) | target_bad.any(axis=1)
 
     # walk: recursive rejection sampling from the root, one depth at a time
@@ -339,7 +344,7 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
     final_w = final_ids = None
     u_rec, prob_rec, sib_rec = [], [], []
     for s in range(k):
-        p_node = _pick(candidates.take(p, jnp.full((bsz * r,), s, jnp.int32), axis=1), node, r)
+        p_node = p_at(node, s)
         q_node = _pick(qs[s], node, r)
         resid = candidates.probs(p_node)
         earlier = []
@@ -374,7 +379,7 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
         sib_rec.append(sib_s)
         j = j + (walking & accepted)
         walking = walking & accepted
-    p_leaf = _pick(candidates.take(p, jnp.full((bsz * r,), k, jnp.int32), axis=1), node, r)
+    p_leaf = p_at(node, k)
     final_w = jnp.where(walking[:, None], candidates.probs(p_leaf), final_w)
     if p_leaf.ids is not None:
         final_ids = jnp.where(walking[:, None], p_leaf.ids, final_ids)
@@ -397,7 +402,7 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
     chosen_marked = stack([_pick(w, node, r) for w in watermarked])
     chain = stages.Drafts(tokens=tokens, drafted=None, q=None, log_q=None, fresh=None, watermarked=chosen_marked,
                           cache=None, nonfinite=None)
-    path_nodes = jnp.asarray(node_of)[node]  # int32[B, K + 1]: the chosen path's tree nodes
+    path_nodes = node_table[node]  # int32[B, K + 1]: the chosen path's tree nodes
     target_logits = jnp.take_along_axis(tree_logits, path_nodes[:, :, None], axis=1)
     new = stages.commit(st, inputs, state, tokens, j, final_token, source, final_marked, chain, stack(u_rec),
                         stack(prob_rec), target_logits, siblings=stack(sib_rec))
