@@ -56,10 +56,11 @@ def _statistics(decoder, toks, keys, siblings: int, variant: str, candidate, tex
     return streams.statistics(decoder, toks, keys, **texts, **kw)
 
 
-def _pvalues(decoder, stats):
+def _scores(decoder, stats):
+    """The key-only detector's scores (pvalue, and log_pvalue, which stays finite where p underflows)."""
     if decoder.family == decoders.SYNTHID:
-        return np.asarray(synthid.mean_test(synthid.both_g(stats), stats.mask).pvalue)
-    return np.asarray(gumbel.score_ars_tau(stats, 0.5).pvalue)
+        return synthid.mean_test(synthid.both_g(stats), stats.mask)
+    return gumbel.score_ars_tau(stats, 0.5)
 
 
 def _pair(n: int):
@@ -107,13 +108,13 @@ def main(argv):
                    "tpr": {}, "median_log10_p": {}}
             for variant in VARIANTS:
                 stats = _statistics(decoder, toks, keys, siblings, variant, cand, texts)
-                p = _pvalues(decoder, stats)
-                row["tpr"][variant] = rate(p)
-                row["median_log10_p"][variant] = float(np.median(np.log10(np.maximum(p, 1e-300))))
+                scores = _scores(decoder, stats)
+                row["tpr"][variant] = rate(scores.pvalue)
+                row["median_log10_p"][variant] = float(np.median(np.asarray(scores.log_pvalue)) / np.log(10))
                 if variant == "records" and decoder.family != decoders.SYNTHID:
                     row["tpr_oracle"] = rate(gumbel.score_oracle(stats, src).pvalue)
-            row["fpr_searched"] = rate(_pvalues(decoder, _statistics(decoder, toks, other, siblings, "searched",
-                                                                     cand, texts)))
+            row["fpr_searched"] = rate(_scores(decoder, _statistics(decoder, toks, other, siblings, "searched",
+                                                                    cand, texts)).pvalue)
             row["seconds"] = time.perf_counter() - t0
             rows.append(row)
     pair = "built-in pair" if FLAGS.pair == "builtin" else f"toy pair V = {v}, TV = {FLAGS.tv}"

@@ -27,7 +27,7 @@ def test_accelerator_check_runs_on_the_cpu_at_reduced_shapes(tmp_path):
     labels = {row["label"] for row in report["paper_scale"]["rows"]}
     assert labels == {"llama2/plain/K0/gumbel/b1"}
     (tree,) = report["multidraft"]["rows"]
-    assert tree["draft_shape"] == "2x1" and tree["tokens_per_step"] >= 1
+    assert tree["draft_shape"] == "2x1" and 1 <= tree["tokens_per_step"] <= 3  # K + 1 at most
     assert all(row["step_over_floor"] > 0 and row["compile_s"] > 0 for row in report["paper_scale"]["rows"])
     assert {"ours@64", "minimal@64", "rolled@64"} <= set(report["decode_step"]["ms_per_step"])
     assert report["memory_7b"]["memory_7b"]["llama2-7b"][0]["params"] > 6.7e9

@@ -395,9 +395,10 @@ def test_synthid_records_give_each_draft_token_its_own_stream():
                                draft_params=dp)
     toks, cand = np.asarray(res.tokens), np.asarray(res.candidate)
     texts = dict(vocab_size=v, lengths=np.asarray(res.lengths), starts=np.full(n, 6))
-    own = streams.synthid_statistics(toks, keys, m, candidate=cand, **texts)
+    own = streams.synthid_statistics(toks, keys, m, siblings=3, candidate=cand, **texts)
     sibling0 = streams.synthid_statistics(toks, keys, m, **texts)
-    null = streams.synthid_statistics(toks, prf.stream_keys([f"o{i}" for i in range(n)]), m, candidate=cand, **texts)
+    null = streams.synthid_statistics(toks, prf.stream_keys([f"o{i}" for i in range(n)]), m, siblings=3, candidate=cand,
+                                      **texts)
     picked = np.asarray(own.mask) & (np.asarray(res.source) == speculative.SOURCE_DRAFT) & (cand > 0)
     assert picked.sum() >= 100
     g_own, g_zero, g_null = (np.asarray(s.g_draft)[picked] for s in (own, sibling0, null))

@@ -255,7 +255,9 @@ def initial_state(st: stages.Static, target: LanguageModel, draft_model: DraftMo
         raise ValueError(f"target {target.name!r} cannot score a token tree (no step_tree), which "
                          f"multi-draft sampling needs")
     r = num_paths(st.tree)
-    state = stages.initial_state(st, target, draft_model, inputs, prompts, pad_id)
+    nodes = len(tree_layout(st.tree)[0])  # the root and the drafted nodes the target scores per step
+    state = stages.initial_state(st, target, draft_model, inputs, prompts, pad_id,
+                                 extra_target_slots=nodes - (st.lookahead + 1))
     rep = lambda t: jax.tree_util.tree_map(lambda x: _repeat(x, r), t)  # noqa: E731
     return state._replace(draft_cache=rep(state.draft_cache), features=_repeat(state.features, r))
 
@@ -332,9 +334,6 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
     def p_at(path, depth):  # P at the node of each text's path ``path`` [B] at ``depth``
         return jax.tree_util.tree_map(lambda a: a[texts, node_table[path, depth]], p_tree)
 
-    if features is not None:  # each path row's buffer gets the hidden states along its path
-        per_path = hidden[:, node_of].reshape((bsz * r, k + 1) + hidden.shape[2:])
-        features = row_update(features, rows_n, per_path.astype(features.dtype))
     nonfinite = nonfinite.reshape(bsz, r).any(axis=1) | target_bad.any(axis=1)
 
     # walk: recursive rejection sampling from the root, one depth at a time
@@ -412,8 +411,9 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
     start = n - 1
     target_cache = _move_slots(target_cache, start[:, None] + path_nodes, start)
     draft_cache = _copy_window(draft_cache, node, start, k + 1, r)
-    if features is not None:
-        features = _copy_window(features, node, n, k + 1, r)
+    if features is not None:  # every path's buffer gets the target's hidden states along the chosen path
+        chosen = jnp.take_along_axis(hidden, path_nodes[:, :, None], axis=1).astype(features.dtype)
+        features = row_update(features, rows_n, _repeat(chosen, r))
     target_cache = stages.rollback_target(target, target_cache, state, j)
     draft_cache = stages.rollback_draft(draft_model, draft_cache, state._replace(n=rows_n, done=_repeat(state.done, r)),
                                         _repeat(j, r))

@@ -44,7 +44,6 @@ features of them.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple, Optional
 
 import jax
@@ -89,14 +88,6 @@ class Static:
     def process(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
         """Candidates of float32[..., V] logits and the NaN / +inf flag per distribution."""
         return candidates.process(logits, self.temperature, self.top_k)
-
-    @property
-    def verify_width(self) -> int:
-        """Positions the target scores per step: K + 1 for one chain, 1 + the tree's nodes for a
-        draft tree (:func:`wmspec_jax.multidraft.tree_layout`)."""
-        if self.tree is None:
-            return self.lookahead + 1
-        return 1 + sum(math.prod(self.tree[: s + 1]) for s in range(len(self.tree)))
 
     @property
     def biases(self) -> bool:
@@ -505,9 +496,11 @@ def step(st: Static, target: LanguageModel, draft_model: Optional[DraftModel], i
 
 
 def initial_state(st: Static, target: LanguageModel, draft_model: Optional[DraftModel], inputs: Inputs,
-                  prompts: jax.Array, pad_id: int) -> LoopState:
+                  prompts: jax.Array, pad_id: int, extra_target_slots: int = 0) -> LoopState:
     """Prefill: the prompts in the token buffer, every prompt token but the last
-    in each cache (the last is fed by the first step), empty records."""
+    in each cache (the last is fed by the first step), empty records.
+    ``extra_target_slots``: scratch slots the target's cache needs beyond one chain's (a draft
+    tree's nodes, :func:`wmspec_jax.multidraft.initial_state`)."""
     bsz, p_max = prompts.shape
     buf_len = buffer_length(st, p_max)
     in_prompt = jnp.arange(buf_len)[None] < inputs.start[:, None]
@@ -515,7 +508,7 @@ def initial_state(st: Static, target: LanguageModel, draft_model: Optional[Draft
     tokens = jnp.where(in_prompt, tokens, pad_id)
 
     prompt, num = tokens[:, : p_max - 1], inputs.start - 1
-    target_cache = target.init_cache(bsz, buf_len + st.verify_width - (st.lookahead + 1))
+    target_cache = target.init_cache(bsz, buf_len + extra_target_slots)
     draft_cache = draft_model.init_cache(bsz, buf_len) if st.lookahead > 0 else None
     features = None
     if st.lookahead > 0 and draft_model.uses_target_features:

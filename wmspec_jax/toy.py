@@ -42,8 +42,7 @@ def markov_model(vocab_size: int) -> LanguageModel:
         # a Markov chain's next token depends on the node's own token only
         if return_hidden:
             raise ValueError("a Markov chain has no hidden states")
-        logits = jnp.take(jnp.asarray(params, jnp.float32), jnp.asarray(tokens, jnp.int32), axis=0)
-        return logits, None, cache
+        return step(params, cache, tokens, 0)[0], None, cache
 
     def rewind(cache, lengths):
         return {"lengths": jnp.asarray(lengths, jnp.int32)}

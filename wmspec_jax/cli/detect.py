@@ -251,7 +251,7 @@ def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
         chosen["context_width"], draft
 
 
-def _siblings_of(fv, record: dict, where: str, decoder: str, default: int) -> int:
+def _siblings_of(fv, record: dict, where: str, default: int) -> int:
     """The sibling streams of a line's draft statistic: the most children of a node of its
     ``draft_tree`` > ``--siblings`` > a saved detector's."""
     tree = record.get("draft_tree")
@@ -772,7 +772,7 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
         run, index = _key_of(fv, x.record, x.where, number)
         items.append(Item(number, x.where, x.record, list(toks), offsets[number], decoder, m, h, run, index,
                           _draft_fraction_of(fv, x.record, x.where), draft, _kgw_gamma_of(fv, x.record, x.where),
-                          _siblings_of(fv, x.record, x.where, decoder, defaults["siblings"]),
+                          _siblings_of(fv, x.record, x.where, defaults["siblings"]),
                           None if fv["siblings"].present else  # --siblings: search the streams
                           _recorded_candidate(x.record, x.where, list(toks), recorded[number])))
     t_tok = time.perf_counter()

@@ -384,7 +384,7 @@ def _search_weights(sibling_weights, siblings: int, candidate) -> Optional[tuple
     return None if candidate is not None else weights
 
 
-def _check_candidate(candidate, shape: tuple, siblings: Optional[int]):
+def _check_candidate(candidate, shape: tuple, siblings: int):
     """The ``candidate`` record as int32[B, L] (None stays None); its values in [0, siblings)."""
     if candidate is None:
         return None
@@ -392,9 +392,8 @@ def _check_candidate(candidate, shape: tuple, siblings: Optional[int]):
     if candidate.shape != tuple(shape) or not np.issubdtype(candidate.dtype, np.integer):
         raise ValueError(f"candidate must be int[{shape[0]}, {shape[1]}] like the texts, got "
                          f"{candidate.dtype}{list(candidate.shape)}")
-    high = 256 if siblings is None else siblings
-    if candidate.size and (candidate.min() < 0 or candidate.max() >= high):
-        raise ValueError(f"candidate records must lie in [0, {'siblings=' if siblings else ''}{high})")
+    if candidate.size and (candidate.min() < 0 or candidate.max() >= siblings):
+        raise ValueError(f"candidate records must lie in [0, siblings={siblings})")
     return jnp.asarray(candidate, jnp.int32)
 
 
@@ -464,9 +463,8 @@ def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths
         stream's, so every SynthID detector's p-values stay exact; 1: one chain.
       candidate: int[B, L] the ``candidate`` record of a multi-draft generation: g^D_t and u_t
         come from the sibling stream each token was drawn from, so every SynthID detector scores
-        the streams generation used (the records' counterpart of the Oracle). Its values lie
-        below ``siblings`` when that is given (> 1); with ``siblings`` = 1 the statistics say
-        one stream (below 256).
+        the streams generation used (the records' counterpart of the Oracle); needs ``siblings``
+        > its maximum, as :func:`gumbel_statistics`.
       sibling_weights: w_c of the search (:func:`check_sibling_weights`; None: the default).
       Others: as :func:`gumbel_statistics`.
     """
@@ -475,7 +473,7 @@ def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
     _check_siblings(siblings)
-    candidate = _check_candidate(candidate, tok.shape, siblings if siblings > 1 else None)
+    candidate = _check_candidate(candidate, tok.shape, siblings)
     gd, gt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
                                   width=int(context_width), num_layers=int(num_layers), siblings=int(siblings),
                                   candidate=candidate, weights=_search_weights(sibling_weights, int(siblings), candidate))
@@ -521,7 +519,7 @@ def take(stats, rows):
     rows = np.asarray(rows)
     if rows.dtype == bool:
         rows = np.flatnonzero(rows)
-    return _take(stats, rows.astype(np.int32))
+    return _take(arrays_only(stats), rows.astype(np.int32))._replace(provenance=stats.provenance)
 
 
 @jax.jit
@@ -587,7 +585,8 @@ def truncate(stats, num_tokens: int):
     num_tokens = int(num_tokens)
     if num_tokens < 1:
         raise ValueError(f"num_tokens must be >= 1, got {num_tokens}")
-    return _truncate(stats, np.int32(min(num_tokens, np.iinfo(np.int32).max // 2)))
+    cut = _truncate(arrays_only(stats), np.int32(min(num_tokens, np.iinfo(np.int32).max // 2)))
+    return cut._replace(provenance=stats.provenance)
 
 
 @jax.jit
