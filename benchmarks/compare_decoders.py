@@ -74,7 +74,7 @@ def _pvalues(decoder, res, keys, draft_decoder=None):
     if decoder.family == decoders.KGW:
         return {"kgw-green": np.asarray(detect.make("kgw-green", st.provenance, gamma=decoder.gamma).score(st).pvalue)}
     return {"ars-tau": np.asarray(detect.score_ars_tau(st, 0.5).pvalue),
-            "ars-prior": np.asarray(detect.score_ars_prior(st, 0.5, jax.random.key(0)).pvalue),
+            "ars-prior": np.asarray(detect.score_ars_prior(st, 0.5).pvalue),
             "single": np.asarray(detect.score_single(st).pvalue),
             "oracle": np.asarray(detect.score_oracle(st, rec.source).pvalue)}
 

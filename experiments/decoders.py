@@ -91,8 +91,7 @@ def pvalues(decoder: decoders.WatermarkDecoder, texts: list, text_keys, vocab_si
     stats = detect.statistics(decoder, tokens, text_keys, vocab_size=vocab_size, lengths=lengths)
     options = {decoders.KGW: {"gamma": decoder.gamma}, decoders.GUMBEL: {"draft_fraction": draft_fraction}}
     detector = detect.make(detect.DEFAULTS[decoder.family], stats.provenance, **options.get(decoder.family, {}))
-    rngs = detect.text_rngs(FLAGS.seed, np.arange(len(texts)))
-    return {n: np.asarray(detector.score(detect.truncate(stats, n), rng=rngs).pvalue, np.float64) for n in num_tokens}
+    return {n: np.asarray(detector.score(detect.truncate(stats, n)).pvalue, np.float64) for n in num_tokens}
 
 
 def pad(rows) -> tuple:

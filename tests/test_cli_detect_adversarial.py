@@ -85,8 +85,8 @@ def test_a_kept_corrupt_line_is_skipped_and_reported(tmp_path, key):
 ])
 def test_out_of_range_fields_are_clear_errors(tmp_path, key, field, value, message):
     row = {"text": TEXT, "decoder": "synthid" if field == "synthid_layers" else "gumbel", field: value}
-    if field == "index":
-        row["run"] = "some-run"
+    if field == "index":  # a per-text line: its index keys it
+        row.update(run="some-run", key_derivation=keys.KEY_DERIVATION)
     rc, stdout, err = call([jsonl(tmp_path / "x.jsonl", [row]), key])
     assert rc == 2 and message in err and not stdout, err
 
@@ -177,9 +177,14 @@ def test_multi_draft_synthid_lines_are_searched_or_read_from_their_records(tmp_p
         assert rc == 2 and message in err and not stdout, (flag, err)
 
 
-def test_old_lines_with_run_and_index_keep_their_per_text_keys(tmp_path, key):
-    rc, stdout, _ = call([jsonl(tmp_path / "o.jsonl", [{"text": TEXT, "run": "r1", "index": 7}]), key,
-                          "--format=json"])
+def test_lines_with_run_and_index_but_no_derivation_are_scored_with_the_secret_and_a_warning(tmp_path, key):
+    """The keys are never guessed from other fields: a line without key_derivation gets the secret itself
+    (wmspec-generate's default) and a warning; --keys=per_text gives it its run / index keys."""
+    path = jsonl(tmp_path / "o.jsonl", [{"text": TEXT, "run": "r1", "index": 7}])
+    rc, stdout, err = call([path, key, "--format=json"])
+    assert rc == 0 and lines(stdout)[0]["key"] == {"derivation": keys.DIRECT}
+    assert "no key_derivation" in err and "o.jsonl:1" in err and "--keys=per_text" in err
+    rc, stdout, err = call([path, key, "--format=json", "--keys=per_text"])
     assert rc == 0 and lines(stdout)[0]["key"] == {"derivation": keys.KEY_DERIVATION, "run": "r1", "index": 7}
 
 

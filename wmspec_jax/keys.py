@@ -34,8 +34,10 @@ only ``M`` and prints its fingerprint; :class:`Secret` and
 variable (:data:`ENV_VAR` by default) or a file (:func:`resolve`), never
 from argv, and both sources go through one normalisation
 (:func:`secret_from_text`): surrounding whitespace (spaces, tabs, newlines)
-is removed, so a file ending in a newline or two, or a space, gives the
-same key as the same value in the environment; a value of fewer than
+and invisible characters (a byte-order mark some editors write at the start
+of a file, a zero-width space) are removed, so a file ending in a newline or
+two, or starting with a BOM, gives the same key as the same value in the
+environment; a value of fewer than
 :data:`MIN_SECRET_LENGTH` characters is refused as too weak to be a secret.
 (Before this rule a file lost one final newline only and an environment
 value nothing, so ``"k "`` and ``"k"`` were different secrets.)
@@ -260,11 +262,25 @@ def key_provenance(key) -> tuple:
 # ---------------------------------------------------------------------------
 
 
+def _strip_edges(value: str) -> str:
+    from wmspec_jax.textnorm import INVISIBLE
+
+    edges = "".join(INVISIBLE)
+    text = value
+    while True:  # whitespace and invisible characters in any order at either end
+        stripped = text.strip().strip(edges)
+        if stripped == text:
+            return text
+        text = stripped
+
+
 def secret_from_text(value: str, where: str) -> Secret:
     """The :class:`Secret` of a secret read as text from ``where`` (an environment variable, a file):
-    surrounding whitespace removed (module doc); ValueError when nothing is left or fewer than
-    :data:`MIN_SECRET_LENGTH` characters are."""
-    text = value.strip()
+    surrounding whitespace and invisible characters (a byte-order mark an editor wrote, a zero-width
+    space: :data:`wmspec_jax.textnorm.INVISIBLE`) removed (module doc), so a file and the environment
+    give the same key; ValueError when nothing is left or fewer than :data:`MIN_SECRET_LENGTH`
+    characters are."""
+    text = _strip_edges(value)
     if not text:
         what = "empty" if not value else "only whitespace"
         raise ValueError(f"the watermark secret in {where} is {what}")

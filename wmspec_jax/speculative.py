@@ -148,8 +148,8 @@ class SpeculativeConfig:
                                  "speculative method")
             if self.draft_tree is not None and self.num_drafts > 1:
                 raise ValueError("give num_drafts or draft_tree, not both (num_drafts=n is draft_tree=(n, 1, ...))")
-            tree = (multidraft.check_branching(self.draft_tree, self.lookahead) if self.draft_tree is not None
-                    else (self.num_drafts,) + (1,) * (self.lookahead - 1))
+            tree = multidraft.check_branching(self.draft_tree if self.draft_tree is not None
+                                              else (self.num_drafts,) + (1,) * (self.lookahead - 1), self.lookahead)
             if self.decoder.biased:
                 raise ValueError("a biased decoder (KGW) is not supported with num_drafts / draft_tree")
             fix("num_drafts", 1)

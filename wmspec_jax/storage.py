@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import pathlib
 import secrets
+import stat
 import sys
 import threading
 import time
@@ -276,34 +276,93 @@ class DirectoryLock:
 
 
 class FileLock:
-    """Exclusive lock of one output file (an ``fcntl.flock`` on the file itself, created if missing).
+    """One writer of one output file chosen by the user (``wmspec-generate --output=PATH``).
 
-    For tools that write a single file chosen by the user (``wmspec-generate
-    --output=PATH``): no lock file appears next to it. A second process is
-    refused with :class:`OutputDirLocked`; the kernel releases the lock when
-    the process dies.
+    The approach of :class:`DirectoryLock` with the file in the directory's
+    place: an exclusive ``fcntl.flock`` on a lock file beside the output,
+    ``<dir>/.<name>.lock`` (created if missing and never deleted, so no two
+    processes can ever hold different lock files of one output; it names the
+    holder, pid and start time), and a second anchor that survives the
+    deletion of the lock file: an exclusive flock on the output file itself.
+    Deleting the output mid-run leaves the lock file locked; deleting the lock
+    file leaves the output locked: either way a second process is refused
+    with :class:`OutputDirLocked` naming the holder (only deleting both lets one
+    in). The directory itself is not locked: an exclusive lock would refuse
+    two writers of different files in one directory (the shards of one job),
+    and a shared one does not stop a second writer of the same file. The
+    kernel releases every lock when the process dies: a killed run leaves no
+    stale lock. Neither file is opened through a symbolic link, and both must
+    be regular files (nothing is ever written into a device or a FIFO). Not
+    re-entrant: a second lock of the same file is refused inside one process
+    too.
     """
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        parent = os.path.dirname(os.path.abspath(self.path))
-        os.makedirs(parent, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
-        if fcntl is not None:
+        directory, name = os.path.split(os.path.abspath(self.path))
+        os.makedirs(directory, exist_ok=True)
+        self.lock_path = os.path.join(directory, f".{name}.lock")
+        self._fds: list = []
+        try:
+            self._lock_file(self.lock_path, lock_file=True)
+            self._lock_file(self.path, lock_file=False)
+            os.ftruncate(self._lock_fd, 0)
+            os.pwrite(self._lock_fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        except BaseException:
+            self.release()
+            raise
+
+    @property
+    def _lock_fd(self):
+        return self._fds[0]
+
+    def _lock_file(self, path: str, lock_file: bool) -> None:
+        """Opens ``path`` (created if missing; never through a link, never blocking) and locks it; the
+        lock file is reopened if it was deleted or replaced between the open and the lock."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+        for _ in range(10):
             try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fd = os.open(path, flags, 0o666)
+            except OSError as e:
+                if e.errno == getattr(os, "ELOOP", None) or os.path.islink(path):
+                    raise OSError(e.errno, f"{path} is a symbolic link; refusing to write through it") from None
+                raise
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(fd)
+                raise OSError(f"{path} is not a regular file; refusing to write into it")
+            if fcntl is None:  # pragma: no cover
+                warnings.warn(f"no fcntl on this platform: {path} is not locked against a second writer")
+                self._fds.append(fd)
+                return
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                os.close(self._fd)
-                self._fd = None
-                raise OutputDirLocked(f"{self.path} is being written by another process; two writers would "
-                                      "interleave their records") from None
+                if lock_file:
+                    holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+                else:  # the lock file was free, so what it says is a finished writer's
+                    holder = f"holder unknown: its lock file {self.lock_path} was deleted while held"
+                os.close(fd)
+                raise OutputDirLocked(f"{self.path} is being written by another process ({holder}); two "
+                                      "writers would interleave their records. Wait for it to finish, or "
+                                      "write another file.") from None
+            try:
+                now = os.stat(path, follow_symlinks=False)
+            except FileNotFoundError:
+                now = None
+            if now is not None and (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                self._fds.append(fd)
+                return
+            os.close(fd)  # deleted or replaced between the open and the lock: the path's file is the lock
+        raise OutputDirLocked(f"{path} keeps being replaced by another process; not writing {self.path}")
 
     def release(self) -> None:
-        if self._fd is not None:
+        while self._fds:
+            fd = self._fds.pop()
             if fcntl is not None:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+                with contextlib.suppress(OSError):
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
     def __enter__(self) -> "FileLock":
         return self

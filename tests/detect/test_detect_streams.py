@@ -122,7 +122,7 @@ def test_bad_inputs_give_clear_errors():
     with pytest.raises(ValueError, match="tau"):
         det.score_ars_tau(st, 1.5)
     with pytest.raises(ValueError, match="draft fraction"):
-        det.score_ars_prior(st, -0.1, jax.random.key(0))
+        det.score_ars_prior(st, -0.1)
 
 
 def test_g_values_with_the_layer_axis_elsewhere_are_refused():

@@ -8,10 +8,19 @@ r"""``wmspec-detect``: was this text watermarked with my key?
 
 (also ``python -m wmspec_jax.cli.detect``). Inputs: text files (one text each),
 JSONL files (one JSON object per line, the text in ``--text_field``, default
-``text``) or standard input. Output: one JSON line per text — scored tokens,
+``text``) or standard input, told apart by content whatever the file's name:
+JSONL when the first non-empty line is a JSON object (``--input_format``
+forces either). Every text is normalised before it is tokenised
+(:mod:`wmspec_jax.textnorm`: a BOM, zero-width spaces, CRLF, no-break spaces,
+decomposed accents and surrounding whitespace folded away), as
+``wmspec-generate`` normalises the text it records, so a copy-paste variant
+scores exactly as the clean text. Inputs are read, scored and written
+:data:`CHUNK_TEXTS` texts at a time (a large file never sits in memory
+whole). Output: one JSON line per text — scored tokens,
 score, exact p-value and its log, the verdict at ``--alpha``, the detector
 and the provenance of the statistics (settings and key fingerprint, never
 the key) — or, when stdout is a terminal, a table (``--format`` forces either).
+``--output`` is written atomically: after an error it holds nothing new.
 
 **Which key.** Plain text is scored with the secret itself as the key: the
 key ``wmspec-generate`` uses by default (``--keys=deployment``) and the one of
@@ -19,10 +28,14 @@ texts generated through the Python API with ``generate(..., secret)``. So an
 answer of ``wmspec-generate`` pasted into a file is detected with the secret
 alone. A JSONL line of ``wmspec-generate`` says which keys it was made with
 (``key_derivation``): ``direct`` lines are scored like plain text, per-text
-lines (``--keys=per_text``, and lines that carry ``run`` / ``index`` but no
-derivation) with ``keys.text_keys(secret, [index], run)``. ``--run=NAME
---index=I`` scores plain text with the per-text keys of that run (texts in
-input order get indices I, I+1, ...).
+lines (``wmspec-generate --keys=per_text``) with
+``keys.text_keys(secret, [index], run)``. A generation record without a
+``key_derivation`` (a trimmed line) is scored with the secret itself and a
+warning on stderr; ``--keys=per_text`` scores such lines with their ``run`` and
+``index``, ``--keys=deployment`` with the secret (a line that records the
+other derivation is then a conflict). ``--run=NAME --index=I`` scores plain
+text with the per-text keys of that run (texts in input order get indices I,
+I+1, ...).
 
 **What a line says is checked.** A line's key fingerprint must be the
 secret's, its PRF version this package's, and a ``--decoder`` /
@@ -32,7 +45,10 @@ never a quiet "not detected"; ``--ignore_provenance`` scores anyway (the
 flags and the secret win). Otherwise the settings come from the line, else a
 saved ``--detector`` file, else the flags' defaults. A line's recorded token
 ids (``tokens``) are scored as they are (the text is re-tokenised only
-without them: a decoded text does not always re-tokenise to the same ids);
+without them: a decoded text does not always re-tokenise to the same ids),
+after a check that they decode to the line's ``text`` (both normalised): a
+line whose text was replaced, or whose tokens were emptied, is an error
+naming it; ``--score_text`` scores every line's text instead of its tokens;
 its ``draft_fraction`` is Ars-Prior's p unless ``--draft_fraction`` is given.
 The tokenizer must be the generator's (``--tokenizer``).
 
@@ -67,8 +83,10 @@ the record store kept, a text with a lone surrogate) is skipped and reported
 on stderr with its line number; the other lines are scored. A bad key file,
 no key source, a missing tokenizer directory, binary or empty input, a
 ``--output`` that is one of the inputs or cannot be written, a non-finite
-``--alpha`` / ``--tau`` / ``--draft_fraction`` are errors (exit status 2)
-with a message naming the cause, raised before any scoring.
+``--alpha`` / ``--tau`` / ``--draft_fraction``, a ``--siblings`` (or a line's
+``draft_tree``) beyond multi-draft sampling's one cap of
+:data:`wmspec_jax.multidraft.MAX_PATHS` = 64 paths are errors (exit status 2)
+with a message naming the cause and the flag or line, raised before any scoring.
 
 ``--write_human_texts=PATH`` writes the built-in human texts (the
 ``builtin-eli5`` answers and ``builtin-c4`` openings, one JSONL line each) and
@@ -78,12 +96,12 @@ exits: score them with your key to see the false-positive rate at ``--alpha``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
 import sys
 import time
-import zlib
 from typing import Optional, Sequence
 
 import numpy as np
@@ -92,13 +110,17 @@ from absl import flags
 from wmspec_jax import keys
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli.texts import (InputError, is_terminal, load_tokenizer, read_inputs, refuse_output_among_inputs,
+from wmspec_jax.cli.texts import (InputError, check_not_empty, is_terminal, iter_inputs, load_tokenizer,
                                   vocab_size, write_lines)
+from wmspec_jax.textnorm import normalize_text
 
 PROG = "wmspec-detect"
 DECODERS = cli_flags.DECODER_NAMES
 NOT_ENOUGH = "not enough tokens"
 MAX_INDEX = 2 ** 64  # per-text keys hash the index as a uint64
+KEY_CHOICES = ("recorded", "deployment", "per_text")
+GENERATION_FIELDS = ("run", "index", "tokens", "key_fingerprint", "decoder", "prf_version", "method")
+"""Fields that mark a line as a generation record (whose keys matter), not just a text."""
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -107,6 +129,11 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("tokenizer", "builtin", "'builtin' (the built-in SmolLM2 pair) or a local Hugging Face "
                         "directory: the generator's tokenizer", flag_values=fv)
     cli_flags.define_secret_flags(fv, demo_flag=True)
+    flags.DEFINE_enum("keys", "recorded", list(KEY_CHOICES), "which keys score a JSONL line: recorded (its "
+                      "key_derivation; a line without one is scored with the secret itself, with a warning), "
+                      "deployment (the secret itself), per_text (its run and index)", flag_values=fv)
+    flags.DEFINE_bool("score_text", False, "score each line's text (re-tokenised) instead of its recorded token "
+                      "ids; without it a line whose text and tokens disagree is an error", flag_values=fv)
     flags.DEFINE_string("run", None, "score plain text with the per-text keys of this run (with --index)",
                         flag_values=fv)
     flags.DEFINE_integer("index", 0, "with --run: the text index of the first input text", lower_bound=0,
@@ -131,8 +158,6 @@ def define_flags(fv: flags.FlagValues) -> None:
                        flag_values=fv)
     flags.DEFINE_float("draft_fraction", None, "p of Ars-Prior (default 0.5; the share of accepted drafts of the "
                        "generator, if known)", flag_values=fv)
-    flags.DEFINE_integer("seed", 0, "seed of Ars-Prior's per-token coins (a text's coins depend on the seed and "
-                         "the text only)", lower_bound=0, flag_values=fv)
     flags.DEFINE_float("alpha", 0.01, "verdict 'watermarked' iff p <= alpha", lower_bound=0.0, upper_bound=1.0,
                        flag_values=fv)
     flags.DEFINE_integer("min_tokens", 8, "texts with fewer scored tokens get the verdict 'not enough tokens'",
@@ -140,8 +165,9 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("windowed", False, "also report the best window (a watermarked span) with its corrected "
                       "p-value", flag_values=fv)
     flags.DEFINE_integer("min_window", 16, "shortest window of --windowed (tokens)", lower_bound=2, flag_values=fv)
-    flags.DEFINE_string("output", None, "write the JSON lines to this file (atomically) instead of stdout",
-                        flag_values=fv)
+    flags.DEFINE_string("output", None, "write the JSON lines to this file (atomically) instead of stdout; "
+                        "a regular file or a new path, or - (stdout): links, devices, FIFOs and the inputs "
+                        "(stdin's file included) are refused", flag_values=fv)
     flags.DEFINE_enum("format", "auto", ["auto", "json", "table"], "stdout: JSON lines, a table, or auto (a table "
                       "when stdout is a terminal)", flag_values=fv)
     flags.DEFINE_bool("timing", False, "print tokenisation / scoring time and tokens/s to stderr", flag_values=fv)
@@ -258,9 +284,10 @@ def _siblings_of(fv, record: dict, where: str, default: int) -> int:
     recorded = None
     if tree is not None:
         if not isinstance(tree, list) or not tree or not all(
-                isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 256 for b in tree):
-            raise InputError(f"{where}: field 'draft_tree' must be a list of children per depth (ints in [1, 256]), "
-                             f"got {str(tree)[:40]}")
+                isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= multidraft_cap() for b in tree) \
+                or math.prod(tree) > multidraft_cap():
+            raise InputError(f"{where}: field 'draft_tree' must be a list of children per depth (ints >= 1, at most "
+                             f"{multidraft_cap()} paths in all), got {str(tree)[:40]}")
         recorded = max(tree)
     if fv["siblings"].present:
         if recorded is not None and recorded != fv.siblings:
@@ -279,7 +306,7 @@ def _recorded_candidate(record: dict, where: str, ids: list, recorded_ids: Optio
     if cand is None or recorded_ids is None:
         return None
     tree = record.get("draft_tree")
-    high = max(tree) if isinstance(tree, list) and tree else 256
+    high = max(tree) if isinstance(tree, list) and tree else multidraft_cap()
     if not isinstance(cand, list) or len(cand) != len(ids) or not all(
             isinstance(c, int) and not isinstance(c, bool) and 0 <= c < high for c in cand):
         raise InputError(f"{where}: field 'candidate' must list one sibling index in [0, {high}) per token of "
@@ -297,24 +324,31 @@ def _check_provenance(fv, record: dict, where: str, secret) -> None:
         _conflict(fv, where, "PRF version", version, f"this package implements {prf.PRF_VERSION}")
 
 
-def _key_of(fv, record: dict, where: str, number: int) -> tuple:
-    """(run, index) of the text's per-text keys, or (None, None): the secret itself (module doc)."""
+def _key_of(fv, record: dict, where: str, number: int, assumed_direct: Optional[list] = None) -> tuple:
+    """(run, index) of the text's per-text keys, or (None, None): the secret itself (module doc). A
+    generation record without ``key_derivation`` is scored with the secret itself and its ``where``
+    appended to ``assumed_direct`` (the tool warns): the keys are never guessed from other fields."""
     if fv["run"].present:
         index = fv.index + number
         if index >= MAX_INDEX:
             raise InputError(f"--index={fv.index}: text indices must stay below 2^64")
         return fv.run, index
     derivation = record.get("key_derivation")
-    if derivation == keys.DIRECT:
-        return None, None
-    if derivation is not None and derivation != keys.KEY_DERIVATION:
+    if derivation is not None and derivation not in (keys.DIRECT, keys.KEY_DERIVATION):
         raise InputError(f"{where}: unknown key_derivation {str(derivation)[:40]!r} (this package knows "
                          f"{keys.DIRECT!r} and {keys.KEY_DERIVATION!r})")
-    if derivation == keys.KEY_DERIVATION or "run" in record or "index" in record:
+    wanted = {"deployment": keys.DIRECT, "per_text": keys.KEY_DERIVATION}.get(fv.keys)
+    if wanted is not None and derivation is not None and derivation != wanted:
+        _conflict(fv, where, "key_derivation", derivation, f"--keys={fv.keys} was given")
+    if wanted is None:
+        wanted = derivation
+    if wanted == keys.KEY_DERIVATION:
         run, index = record.get("run"), _record_int(record, "index", where, 0, MAX_INDEX)
         if not isinstance(run, str) or index is None:
             raise InputError(f"{where}: per-text keys need both 'run' (a string) and 'index' (an int >= 0)")
         return run, index
+    if wanted is None and assumed_direct is not None and any(f in record for f in GENERATION_FIELDS):
+        assumed_direct.append(where)
     return None, None
 
 
@@ -450,7 +484,6 @@ def _build(fv, spec: DetectorSpec, decoder: str, provenance, draft_fraction: Opt
             options["draft_fraction"] = fv.draft_fraction
         elif draft_fraction is not None:
             options["draft_fraction"] = draft_fraction
-        options["seed"] = fv.seed
     try:
         return detect.make(name, provenance, **options)
     except ValueError as e:
@@ -537,14 +570,17 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     for start in range(0, len(order), fv.batch_size):
         chunk = order[start:start + fv.batch_size]
         width = _bucket(max(len(it.ids) for it in chunk))
-        tokens = np.zeros((len(chunk), width), np.int32)
-        lengths = np.array([len(it.ids) for it in chunk], np.int32)
-        candidate = np.zeros((len(chunk), width), np.int32) if recorded else None
-        for row, it in enumerate(chunk):
+        # rows padded to a power of two (repeats of the first text, scored and dropped): a stream of
+        # chunks then compiles a handful of shapes, not one program per leftover batch size
+        rows = chunk + [chunk[0]] * (min(_bucket(len(chunk), low=8), fv.batch_size) - len(chunk))
+        tokens = np.zeros((len(rows), width), np.int32)
+        lengths = np.array([len(it.ids) for it in rows], np.int32)
+        candidate = np.zeros((len(rows), width), np.int32) if recorded else None
+        for row, it in enumerate(rows):
             tokens[row, : len(it.ids)] = it.ids
             if recorded:
                 candidate[row, : len(it.ids)] = it.candidate
-        key = _stream_keys(secret, chunk)
+        key = _stream_keys(secret, rows)
         extra = {"siblings": siblings} if siblings > 1 else {}
         if recorded:  # each token's own sibling stream, as the line records it
             extra["candidate"] = candidate
@@ -554,17 +590,15 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
                                   vocab_size=vocab, lengths=lengths, context_width=h,
                                   draft_decoder=None if draft_decoder is None else
                                   decoders.WatermarkDecoder.from_name(draft_decoder), **extra)
-        ids = [zlib.crc32(np.asarray(it.ids, np.int32).tobytes()) for it in chunk]
-        rngs = detect.text_rngs(fv.seed, ids)
         per_detector = []
         for spec, d in detectors:
             try:
-                sc = d.score(stats, rng=rngs)
+                sc = d.score(stats)
             except detect.ProvenanceMismatch as e:
                 raise InputError(f"detector {spec.path or spec.name} does not fit these texts: {e}") from None
             win = None
             if fv.windowed and d.windowable:
-                w = detect.windows.score_windows(d, stats, rng=rngs, min_window=fv.min_window)
+                w = detect.windows.score_windows(d, stats, min_window=fv.min_window)
                 win = [np.asarray(x) for x in (w.log_pvalue, w.start, w.end, w.window_log_pvalue, w.num_windows,
                                                w.num_scored)]
             per_detector.append((spec, d, [np.asarray(x) for x in (sc.score, sc.num_scored, sc.log_pvalue)], win))
@@ -670,6 +704,9 @@ def _check_flags(fv) -> None:
         raise InputError(f"--draft_fraction must be a number in [0, 1], got {fv.draft_fraction}")
     if fv.run is not None and fv["run"].present and not fv.run:
         raise InputError("--run must not be empty")
+    if fv.siblings > multidraft_cap():
+        raise InputError(f"--siblings={fv.siblings} exceeds {multidraft_cap()}: a draft tree has at most "
+                         f"{multidraft_cap()} paths, so no node has more children")
     if fv.sibling_weights is not None:
         try:
             weights = [float(w) for w in fv.sibling_weights]
@@ -679,24 +716,22 @@ def _check_flags(fv) -> None:
             raise InputError(f"--sibling_weights must be positive numbers, got {','.join(fv.sibling_weights)}")
 
 
-def check_output(output: Optional[str], inputs: Sequence[str]) -> None:
-    """Refuses an ``--output`` that is one of the inputs or cannot be written, before any work."""
-    if output is None:
-        return
-    refuse_output_among_inputs(output, inputs, "the results would replace the texts")
-    if os.path.isdir(output):
-        raise InputError(f"--output={output} is a directory")
-    directory = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(directory):
-        raise InputError(f"--output={output}: the directory {directory} does not exist")
-    try:  # the file is written atomically (a temporary file beside it, then a rename): try exactly that
-        import tempfile
+def multidraft_cap() -> int:
+    """The most sibling streams a text can have: :data:`wmspec_jax.multidraft.MAX_PATHS`."""
+    from wmspec_jax import multidraft
 
-        fd, probe = tempfile.mkstemp(dir=directory, prefix=".wmspec-detect-", suffix=".probe")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise InputError(f"--output={output} cannot be written ({e.strerror})") from None
+    return multidraft.MAX_PATHS
+
+
+def check_output(output: Optional[str], inputs: Optional[Sequence[str]], stdin=None,
+                 flag: str = "--output") -> None:
+    """Refuses, before any work, an output that is not a regular file or a new path (``-``: stdout, for
+    ``--output``), is one of the inputs (standard input included) or cannot be written
+    (:mod:`wmspec_jax.cli.outputs`). ``inputs`` None: the tool reads none."""
+    from wmspec_jax.cli import outputs
+
+    outputs.check_output_path(flag, output, inputs, stdin=stdin, allow_stdout=flag == "--output",
+                              consequence="the results would replace the texts")
 
 
 def _secret(fv, stderr):
@@ -727,18 +762,33 @@ def write_human_texts(path: str) -> int:
     return len(rows)
 
 
-def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
-    """Runs the tool on parsed flags: (JSON-able result lines, timing dict)."""
-    stderr = stderr or sys.stderr
+CHUNK_TEXTS = 4096
+"""Texts read, scored and written at a time: a large input is streamed, never held in memory whole."""
+
+
+@dataclasses.dataclass
+class ScoringRun:
+    """What one run of the tool keeps across chunks of texts: settings, tokenizer, counts, timing."""
+
+    fv: object
+    secret: object
+    specs: list
+    defaults: dict
+    tokenizer: object
+    vocab: int
+    stderr: object
+    texts: int = 0
+    tokens: int = 0
+    searched: int = 0
+    assumed_direct: list = dataclasses.field(default_factory=list)
+    seconds: dict = dataclasses.field(default_factory=lambda: {"read": 0.0, "tokenize": 0.0, "score": 0.0})
+
+
+def _start(fv, paths: Sequence[str], stderr, stdin=None) -> ScoringRun:
+    """Everything checked and loaded before the first text is read."""
     _check_flags(fv)
-    all_paths = list(fv.input) + list(paths)
-    check_output(fv.output, all_paths)
+    check_output(fv.output, list(fv.input) + list(paths), stdin=stdin)
     secret = _secret(fv, stderr)
-    t0 = time.perf_counter()
-    skipped: list = []
-    inputs = read_inputs(all_paths, fmt=fv.input_format, field=fv.text_field, stdin=stdin, skipped=skipped)
-    for where, why in skipped:
-        print(f"{PROG}: skipped {where}: {why}", file=stderr)
     specs = parse_detectors(fv.detector)
     loaded = [s.loaded for s in specs if s.loaded is not None]
     defaults = {"decoder": fv.decoder, "synthid_layers": fv.synthid_layers, "context_width": fv.context_width,
@@ -749,47 +799,149 @@ def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
                     "context_width": prov.context_width, "draft_decoder": prov.draft_decoder,
                     "siblings": prov.siblings}
     tokenizer = load_tokenizer(fv.tokenizer)
-    vocab = vocab_size(tokenizer)
-    t_read = time.perf_counter()
-    recorded = [_recorded_ids(x.record, x.where, vocab) for x in inputs]
+    return ScoringRun(fv, secret, specs, defaults, tokenizer, vocab_size(tokenizer), stderr)
+
+
+def _decoded(tokenizer, ids: Sequence[list]) -> list:
+    """The texts the token ids decode to, as the generator recorded them (special tokens dropped), normalised."""
+    return [normalize_text(t) for t in tokenizer.batch_decode(list(ids), skip_special_tokens=True)]
+
+
+def _check_text_matches_tokens(scoring: ScoringRun, inputs: Sequence, recorded: list) -> None:
+    """A line that carries both ``text`` and ``tokens`` must say the same thing twice (module doc)."""
+    rows = [i for i, r in enumerate(recorded) if r is not None]
+    if not rows:
+        return
+    decoded = _decoded(scoring.tokenizer, [recorded[i] for i in rows])
+    for i, text in zip(rows, decoded):
+        if text != inputs[i].text:
+            raise InputError(
+                f"{inputs[i].where}: the line's text is not what its {len(recorded[i])} recorded token ids decode "
+                f"to (after normalisation: {_first_difference(text, inputs[i].text)}); the tokens would be scored "
+                "for a text the line does not hold. Pass --score_text to score the line's text (re-tokenised) "
+                "instead of its tokens, or remove the 'tokens' field")
+
+
+def _first_difference(decoded: str, text: str) -> str:
+    at = next((i for i, (a, b) in enumerate(zip(decoded, text)) if a != b), min(len(decoded), len(text)))
+    if not decoded:
+        return "the tokens decode to nothing"
+    return f"they differ from character {at} on; the tokens decode to {len(decoded)} characters, the text has {len(text)}"
+
+
+def _score_chunk(scoring: ScoringRun, inputs: Sequence, first_number: int) -> list:
+    """The result lines of one chunk of input texts, in input order."""
+    fv = scoring.fv
+    t0 = time.perf_counter()
+    recorded = [None if fv.score_text else _recorded_ids(x.record, x.where, scoring.vocab) for x in inputs]
+    _check_text_matches_tokens(scoring, inputs, recorded)
     to_tokenize = [i for i, r in enumerate(recorded) if r is None]
     texts = [inputs[i].text for i in to_tokenize]
     ids: list = list(recorded)
     offsets: list = [None] * len(inputs)
     if texts:
         try:
-            enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=fv.windowed)
+            enc = scoring.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=fv.windowed)
         except NotImplementedError:  # slow tokenizers have no offsets
-            enc = tokenizer(texts, add_special_tokens=False)
+            enc = scoring.tokenizer(texts, add_special_tokens=False)
         for j, i in enumerate(to_tokenize):
             ids[i] = enc["input_ids"][j]
             if fv.windowed and enc.get("offset_mapping") is not None:
                 offsets[i] = enc["offset_mapping"][j]
     items = []
-    for number, (x, toks) in enumerate(zip(inputs, ids)):
-        _check_provenance(fv, x.record, x.where, secret)
-        decoder, m, h, draft = _settings_of(fv, x.record, x.where, defaults)
-        run, index = _key_of(fv, x.record, x.where, number)
-        items.append(Item(number, x.where, x.record, list(toks), offsets[number], decoder, m, h, run, index,
+    for k, (x, toks) in enumerate(zip(inputs, ids)):
+        number = first_number + k
+        _check_provenance(fv, x.record, x.where, scoring.secret)
+        decoder, m, h, draft = _settings_of(fv, x.record, x.where, scoring.defaults)
+        run, index = _key_of(fv, x.record, x.where, number, scoring.assumed_direct)
+        items.append(Item(number, x.where, x.record, list(toks), offsets[k], decoder, m, h, run, index,
                           _draft_fraction_of(fv, x.record, x.where), draft, _kgw_gamma_of(fv, x.record, x.where),
-                          _siblings_of(fv, x.record, x.where, defaults["siblings"]),
+                          _siblings_of(fv, x.record, x.where, scoring.defaults["siblings"]),
                           None if fv["siblings"].present else  # --siblings: search the streams
-                          _recorded_candidate(x.record, x.where, list(toks), recorded[number])))
-    t_tok = time.perf_counter()
+                          _recorded_candidate(x.record, x.where, list(toks), recorded[k])))
+    t1 = time.perf_counter()
     groups: dict = {}
     for it in items:
         groups.setdefault(it.group, []).append(it)
     for group in groups.values():
-        _score_group(fv, secret, group, specs, vocab)
-    if fv.sibling_weights is not None and all(it.sibling_weights is None for it in items):
+        _score_group(fv, scoring.secret, group, scoring.specs, scoring.vocab)
+    t2 = time.perf_counter()
+    scoring.seconds["tokenize"] += t1 - t0
+    scoring.seconds["score"] += t2 - t1
+    scoring.texts += len(items)
+    scoring.tokens += sum(len(it.ids) for it in items)
+    scoring.searched += sum(it.sibling_weights is not None for it in items)
+    return [it.result for it in items]
+
+
+def iter_results(fv, paths: Sequence[str], stdin=None, stderr=None, run_out: Optional[list] = None):
+    """The result lines of the tool on parsed flags, chunk by chunk (:data:`CHUNK_TEXTS` texts at a
+    time, so memory stays bounded whatever the input's size). Every check that needs no text (flags,
+    the output, the secret, detectors, the tokenizer) runs now, before this returns; the texts are read
+    as the lines are taken. ``run_out``: a list that receives the :class:`ScoringRun` (counts, timing)
+    when the last line has been yielded."""
+    stderr = stderr or sys.stderr
+    return _results(_start(fv, paths, stderr, stdin=stdin), paths, stdin, stderr, run_out)
+
+
+def _results(scoring: ScoringRun, paths: Sequence[str], stdin, stderr, run_out: Optional[list]):
+    all_paths = list(scoring.fv.input) + list(paths)
+    skipped: list = []
+    texts = iter_inputs(all_paths, fmt=scoring.fv.input_format, field=scoring.fv.text_field, stdin=stdin,
+                        skipped=skipped)
+    try:
+        any_text = yield from _scored_chunks(scoring, texts, skipped, stderr)
+    finally:
+        texts.close()  # an error mid-way closes the input files now
+    if not any_text:
+        check_not_empty([], all_paths, skipped=skipped)
+    _report(scoring, stderr)
+    if run_out is not None:
+        run_out.append(scoring)
+
+
+def _scored_chunks(scoring: ScoringRun, texts, skipped: list, stderr):
+    """Yields the result lines chunk by chunk; returns whether any text had a non-space character."""
+    reported, number, any_text = 0, 0, False
+    while True:
+        t0 = time.perf_counter()
+        chunk = list(itertools.islice(texts, CHUNK_TEXTS))
+        scoring.seconds["read"] += time.perf_counter() - t0
+        for where, why in skipped[reported:]:
+            print(f"{PROG}: skipped {where}: {why}", file=stderr)
+        reported = len(skipped)
+        if not chunk:
+            return any_text
+        any_text = any_text or any(x.text.strip() for x in chunk)
+        yield from _score_chunk(scoring, chunk, number)
+        number += len(chunk)
+
+
+def _report(scoring: ScoringRun, stderr) -> None:
+    """What the whole run should know: keys assumed for lines without a derivation, unused weights."""
+    if scoring.assumed_direct:
+        first = scoring.assumed_direct[0]
+        print(f"{PROG}: warning: {len(scoring.assumed_direct)} line(s) carry generation records but no "
+              f"key_derivation (first: {first}): scored with the secret itself (deployment keys, as "
+              "wmspec-generate's default); if they were generated with per-text keys, pass --keys=per_text",
+              file=stderr)
+    if scoring.fv.sibling_weights is not None and scoring.searched == 0:
         print(f"{PROG}: --sibling_weights unused: no text was searched over sibling streams (each was one "
               "chain, or its line records the stream of every token)", file=stderr)
-    t_score = time.perf_counter()
-    num_tokens = sum(len(it.ids) for it in items)
-    timing = {"texts": len(items), "tokens": num_tokens, "read_seconds": t_read - t0,
-              "tokenize_seconds": t_tok - t_read, "score_seconds": t_score - t_tok,
-              "tokens_per_second": num_tokens / max(t_score - t_read, 1e-9), "skipped_lines": len(skipped)}
-    return [it.result for it in items], timing
+
+
+def _timing(scoring: ScoringRun) -> dict:
+    sec = scoring.seconds
+    return {"texts": scoring.texts, "tokens": scoring.tokens, "read_seconds": sec["read"],
+            "tokenize_seconds": sec["tokenize"], "score_seconds": sec["score"],
+            "tokens_per_second": scoring.tokens / max(sec["tokenize"] + sec["score"], 1e-9)}
+
+
+def detect_texts(fv, paths: Sequence[str], stdin=None, stderr=None) -> tuple:
+    """Runs the tool on parsed flags: (JSON-able result lines, timing dict)."""
+    out: list = []
+    lines = list(iter_results(fv, paths, stdin=stdin, stderr=stderr, run_out=out))
+    return lines, _timing(out[0])
 
 
 def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
@@ -809,7 +961,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
         return status
     if fv.write_human_texts:
         try:
-            check_output(fv.write_human_texts, [])
+            check_output(fv.write_human_texts, None, flag="--write_human_texts")
             n = write_human_texts(fv.write_human_texts)
         except (InputError, ValueError, OSError) as e:
             print(f"{PROG}: error: {e}", file=stderr)
@@ -817,25 +969,38 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
         print(f"{PROG}: wrote {n} built-in human texts to {fv.write_human_texts}", file=stderr)
         return 0
     cli_flags.enable_compilation_cache()
+    fmt = fv.format
+    as_table = fmt == "table" or (fmt == "auto" and (fv.output is None or fv.output == "-") and is_terminal(stdout))
+    finished_runs: list = []
+    kept: list = []  # the lines a table needs (a table's columns fit its widest cell)
+
+    def stream_lines(results, write) -> None:
+        for line in results:
+            if as_table:
+                kept.append(line)
+            if write is not None:
+                write(json.dumps(line, ensure_ascii=False) + "\n")
+
     try:
-        lines, timing = detect_texts(fv, paths, stdin=stdin, stderr=stderr)
+        results = iter_results(fv, paths, stdin=stdin, stderr=stderr, run_out=finished_runs)  # checks all first
+        if fv.output is not None and fv.output != "-":
+            from wmspec_jax import storage
+
+            def write_file(f) -> None:  # one atomic file: a failed run leaves the old file (or none)
+                stream_lines(results, lambda text: f.write(text.encode("utf-8")))
+
+            storage.atomic_write(fv.output, write_file)
+        elif as_table:
+            stream_lines(results, None)
+        else:
+            stream_lines(results, lambda text: (stdout.write(text), stdout.flush()))
     except (InputError, ValueError, OSError) as e:
         print(f"{PROG}: error: {e}", file=stderr)
         return 2
-    fmt = fv.format
-    as_table = fmt == "table" or (fmt == "auto" and fv.output is None and is_terminal(stdout))
-    jsonl = [json.dumps(line, ensure_ascii=False) for line in lines]
-    if fv.output is not None:
-        from wmspec_jax import storage
-
-        storage.atomic_write_text(fv.output, "".join(x + "\n" for x in jsonl))
-        if fmt == "table" or (fmt == "auto" and is_terminal(stdout)):
-            write_lines(stdout, [table(lines)])
-    elif as_table:
-        write_lines(stdout, [table(lines)])
-    else:
-        write_lines(stdout, jsonl)
+    if as_table:
+        write_lines(stdout, [table(kept)])
     if fv.timing:
+        timing = _timing(finished_runs[0])
         print(f"{PROG}: {timing['texts']} texts, {timing['tokens']} tokens: tokenize {timing['tokenize_seconds']:.2f} s, "
               f"score {timing['score_seconds']:.2f} s (compilation included) -> "
               f"{timing['tokens_per_second']:,.0f} tokens/s", file=stderr)

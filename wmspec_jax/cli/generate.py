@@ -25,8 +25,13 @@ Each output line is one text: ``id``, ``run``, the fields of
 :class:`wmspec_jax.batching.GeneratedText` (``index``, the generated token ids
 with the end-of-turn token, each token's source, steps, AATPS, LOGPPL,
 watermarked tokens, why it stopped; the experiments' records hold the same),
-``prompt``, ``text``, whether it carries a watermark (``watermarked``; false for
-``plain`` / ``standard`` and at temperature 0, with the reason), and every
+``prompt``, ``text`` (the decoded tokens, normalised as ``wmspec-detect``
+normalises every text it reads: :mod:`wmspec_jax.textnorm`; prompts are
+normalised the same way before they are tokenised, so a BOM or a CRLF in a
+prompt file does not change the answer), whether it carries a watermark
+(``watermarked``; false for ``plain`` / ``standard``, at temperature 0, and for
+a text none of whose tokens was drawn from a distribution that was not
+one-hot, e.g. at a temperature of 1e-10, with the reason), and every
 setting detection needs (decoder, m, h, method, temperature, model,
 tokenizer, the key's fingerprint — never the key — its derivation and the
 PRF version).
@@ -49,7 +54,9 @@ with the same ``--run`` resumes (the settings must match; lines that cannot be
 read or lack a run / index are skipped with a report and stay in the file);
 the file is locked against a second writer and may not be one of the inputs.
 Sizes are checked before any model loads (K at most ``--max_new_tokens`` and
-32, a finite temperature, text indices below 2^32). Progress goes to stderr.
+32, a finite temperature, text indices below 2^32, at most
+:data:`wmspec_jax.multidraft.MAX_PATHS` = 64 draft paths from ``--num_drafts`` or
+``--draft_tree``), each message naming the flag given. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -67,11 +74,13 @@ from absl import flags
 from wmspec_jax import keys
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli.texts import InputError, read_inputs, refuse_output_among_inputs
+from wmspec_jax.cli.texts import InputError, read_inputs
+from wmspec_jax.textnorm import normalize_text
 
 PROG = "wmspec-generate"
 KEY_MODES = ("deployment", "per_text")
 MAX_INDEX = 2 ** 32  # text indices key the true randomness as uint32 (sampling.text_rngs)
+PER_TEXT_FIELDS = ("watermarked", "not_watermarked_because")  # also decided by the text, not the settings alone
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -120,7 +129,8 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("run", None, "run name keying the texts (default: a fresh gen-<time>-<random>); "
                         "the same --run resumes --output", flag_values=fv)
     flags.DEFINE_integer("first_index", 0, "text index of the first prompt", lower_bound=0, flag_values=fv)
-    flags.DEFINE_string("output", None, "append the JSONL here (resumable, locked); default: stdout",
+    flags.DEFINE_string("output", None, "append the JSONL here (resumable, locked; a regular file or a new path, "
+                        "never a link or a device); '-' or none: stdout",
                         flag_values=fv)
 
 
@@ -200,10 +210,11 @@ def _open_output(fv, run: str, stderr):
     """(store or None, lock or None, done indices): resumes ``--output`` of the same run. Lines that
     are not records of a text (no string ``run``, no int ``index``) are reported and left alone."""
     from wmspec_jax import storage
+    from wmspec_jax.cli import outputs
 
-    if fv.output is None:
+    if fv.output is None or fv.output == outputs.STDOUT:  # the path was checked before any model loaded
         return None, None, {}
-    lock = storage.FileLock(fv.output)
+    lock = storage.FileLock(fv.output)  # a lock file beside it: deleting the output lets no second writer in
     try:
         store = storage.JsonlStore(fv.output, lock=False)
     except BaseException:
@@ -267,10 +278,21 @@ def _settings_record(fv, pair, secret, config) -> dict:
 def _records(fv, run, pair, prompts, where, texts, secret, config) -> list:
     """Output lines: each text's :class:`wmspec_jax.batching.GeneratedText` fields, its prompt, the
     decoded text and the settings."""
+    settings = _settings_record(fv, pair, secret, config)
     return [{"id": f"{run}/{t.index}", "run": run, **t.record(), "input": where[t.index - fv.first_index],
-             "prompt": prompts[t.index - fv.first_index], "text": pair.decode(list(t.tokens)),
-             "num_tokens": len(t.tokens), **_settings_record(fv, pair, secret, config),
+             "prompt": prompts[t.index - fv.first_index], "text": normalize_text(pair.decode(list(t.tokens))),
+             "num_tokens": len(t.tokens), **settings, **_text_watermark(settings, t),
              "draft_fraction": t.draft_fraction} for t in texts]
+
+
+def _text_watermark(settings: dict, text) -> dict:
+    """``watermarked`` of one text: the settings' answer, unless no token of the text was drawn from a
+    distribution that was not one-hot (a temperature so low that sampling is greedy: nothing was embedded)."""
+    if settings["watermarked"] and text.watermarked_tokens == 0:
+        return {"watermarked": False, "not_watermarked_because": (
+            f"no token was drawn from a distribution that was not one-hot (temperature {settings['temperature']}: "
+            "the text is the greedy answer)")}
+    return {}
 
 
 def _check_sizes(fv, num_texts: int) -> None:
@@ -308,12 +330,30 @@ def _check_sizes(fv, num_texts: int) -> None:
     if fv.first_index + num_texts > MAX_INDEX:
         raise InputError(f"--first_index={fv.first_index}: text indices must stay below 2^32 "
                          f"({num_texts} texts)")
+    _check_draft_shape_size(fv)
     if _draft_shape(fv):
         try:  # the draft shape's own rules (a speculative method, the tree's depth = K, no KGW), before loading
             speculative.SpeculativeConfig(method=fv.method, decoder=_decoder(fv), lookahead=k,
                                           max_new_tokens=fv.max_new_tokens, **_draft_shape(fv))
         except (ValueError, TypeError) as e:
             raise InputError(f"--num_drafts / --draft_tree / --distinct_drafts: {e}") from None
+
+
+def _check_draft_shape_size(fv) -> None:
+    """--num_drafts and --draft_tree against the one cap of multi-draft sampling
+    (:data:`wmspec_jax.multidraft.MAX_PATHS` paths), before anything loads."""
+    from wmspec_jax import multidraft
+
+    if fv.num_drafts > multidraft.MAX_PATHS:
+        raise InputError(f"--num_drafts={fv.num_drafts} exceeds {multidraft.MAX_PATHS}: a step verifies at most "
+                         f"{multidraft.MAX_PATHS} draft paths")
+    tree = _draft_shape(fv).get("draft_tree")
+    if tree is not None:
+        if not tree or any(b < 1 for b in tree):
+            raise InputError(f"--draft_tree={fv.draft_tree}: every depth needs at least one child per node")
+        if math.prod(tree) > multidraft.MAX_PATHS:
+            raise InputError(f"--draft_tree={fv.draft_tree} has {math.prod(tree)} paths; at most "
+                             f"{multidraft.MAX_PATHS}")
 
 
 def _report_repeated_prompts(fv, texts: Sequence[str], where: Sequence[str], stderr) -> None:
@@ -339,7 +379,10 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     all_paths = list(fv.input) + list(paths)
-    refuse_output_among_inputs(fv.output, all_paths, "the generated lines would be written into it")
+    from wmspec_jax.cli import outputs
+
+    outputs.check_output_path("--output", fv.output, all_paths, stdin=stdin,
+                              consequence="the generated lines would be written into it")
     secret = _secret(fv, stderr)
     inputs = read_inputs(all_paths, fmt=fv.input_format, field=fv.prompt_field, unit="line", stdin=stdin)
     inputs = [x for x in inputs if x.text.strip()]
@@ -374,7 +417,8 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
         for i, rec in done.items():
             if fv.first_index <= i < fv.first_index + len(texts):
                 now = {"prompt": texts[i - fv.first_index], **_settings_record(fv, pair, secret, config)}
-                changed = {k: (rec.get(k), v) for k, v in now.items() if rec.get(k) != v}
+                changed = {k: (rec.get(k), v) for k, v in now.items()
+                           if rec.get(k) != v and k not in PER_TEXT_FIELDS}
                 if changed:
                     raise InputError(f"--output={fv.output}: text {i} of run {run} was generated with other settings "
                                      f"{sorted(changed)}; use another --run or --output")
@@ -430,7 +474,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     except (InputError, ValueError, TypeError, OSError, storage.OutputDirLocked, hf.CheckpointError) as e:
         print(f"{PROG}: error: {e}", file=stderr)
         return 2
-    print(f"{PROG}: generated {n} texts" + (f" into {fv.output}" if fv.output else ""), file=stderr)
+    print(f"{PROG}: generated {n} texts" + (f" into {fv.output}" if fv.output not in (None, "-") else ""), file=stderr)
     return 0
 
 

@@ -8,9 +8,12 @@ p = 1 for something that is not text).
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
-from typing import IO, NamedTuple, Optional, Sequence
+from typing import IO, Iterator, NamedTuple, Optional, Sequence
+
+from wmspec_jax.textnorm import normalize_text, strip_bom
 
 FORMATS = ("auto", "text", "jsonl")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -18,18 +21,6 @@ JSONL_SUFFIXES = (".jsonl", ".ndjson")
 
 class InputError(ValueError):
     """A bad input of a command-line tool (missing, binary, empty, malformed, bad tokenizer)."""
-
-
-def refuse_output_among_inputs(output, inputs, consequence: str) -> None:
-    """Raises InputError when ``output`` is one of ``inputs`` (by path or by file identity): writing it
-    would ``consequence``."""
-    if output is None:
-        return
-    for path in inputs:
-        if path != "-" and os.path.exists(path) and (
-                os.path.realpath(path) == os.path.realpath(output)
-                or (os.path.exists(output) and os.path.samefile(path, output))):
-            raise InputError(f"--output={output} is also an input: {consequence}; choose another --output")
 
 
 class InputText(NamedTuple):
@@ -70,7 +61,7 @@ def _jsonl_line(line: str, where: str, field: str) -> InputText:
     if not isinstance(obj[field], str):
         raise InputError(f"{where}: the {field!r} field is a {type(obj[field]).__name__}, not a string")
     _check_unicode(obj[field], where)
-    return InputText(obj[field], where, obj)
+    return InputText(normalize_text(obj[field]), where, obj)
 
 
 def _check_unicode(text: str, where: str) -> None:
@@ -81,34 +72,112 @@ def _check_unicode(text: str, where: str) -> None:
             from None
 
 
-def _jsonl(text: str, where: str, field: str, skipped: Optional[list]) -> list:
-    out = []
-    for number, line in enumerate(text.splitlines(), start=1):
+def _jsonl_lines(lines, where: str, field: str, skipped: Optional[list]):
+    """The texts of JSONL ``lines`` (an iterable of (line number, str))."""
+    for number, line in lines:
         if not line.strip():
             continue
         try:
-            out.append(_jsonl_line(line, f"{where}:{number}", field))
+            yield _jsonl_line(line, f"{where}:{number}", field)
         except InputError as e:
             if skipped is None:
                 raise
             skipped.append((f"{where}:{number}", str(e).split(": ", 1)[-1]))
-    return out
 
 
-def _looks_like_jsonl(text: str) -> bool:
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    return first.lstrip().startswith("{")
+def _is_json_object(line: str) -> bool:
+    line = line.strip()
+    if not line.startswith("{"):
+        return False
+    try:
+        return isinstance(json.loads(line), dict)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+
+
+def _is_jsonl(first: str, where: str, fmt: str) -> bool:
+    """JSONL or plain text: forced by ``fmt``, else by content: the first non-empty line ``first``."""
+    if fmt != "auto":
+        return fmt == "jsonl"
+    if _is_json_object(first):
+        return True
+    if where.lower().endswith(JSONL_SUFFIXES):
+        raise InputError(f"{where}: named like JSONL but its first line is not a JSON object; pass "
+                         "--input_format=jsonl to read it as JSONL anyway (unreadable lines are skipped) or "
+                         "--input_format=text to read it as plain text")
+    return False
+
+
+def _decoded_lines(stream: IO[bytes], where: str):
+    """(line number, str) of a binary stream, line by line (``\n`` ends a line; a BOM opening it dropped)."""
+    for number, raw in enumerate(stream, start=1):
+        text = _decode(raw, f"{where}:{number}" if number > 1 else where)  # a NUL or bad UTF-8: binary input
+        yield number, text if number > 1 else strip_bom(text)
+
+
+def _open_input(path: str, stdin: Optional[IO[bytes]]):
+    """(binary stream, where, close it?) of one input."""
+    import sys
+
+    if path == "-":
+        stream = stdin if stdin is not None else sys.stdin.buffer
+        if stdin is None and sys.stdin.isatty():
+            raise InputError("no input: give text files (or JSONL) as arguments / --input, or pipe text into stdin")
+        return stream, "stdin", False
+    if os.path.isdir(path):
+        raise InputError(f"{path}: a directory, not a text file")
+    try:
+        return open(path, "rb"), path, True
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror})") from None
+
+
+def iter_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text", unit: str = "document",
+                stdin: Optional[IO[bytes]] = None, skipped: Optional[list] = None) -> Iterator[InputText]:
+    """The texts of the inputs, in order, read as they are needed (a JSONL file line by line, so a
+    large file is never held in memory); the arguments as :func:`read_inputs`, which also checks that
+    there was some text."""
+    if fmt not in FORMATS:
+        raise InputError(f"--input_format must be one of {FORMATS}, got {fmt!r}")
+    for path in list(paths) or ["-"]:
+        stream, where, close = _open_input(path, stdin)
+        try:
+            lines = _decoded_lines(stream, where)
+            head = []  # the lines up to the first non-empty one decide the format
+            try:
+                for number, line in lines:
+                    head.append((number, line))
+                    if line.strip():
+                        break
+            except OSError as e:
+                raise InputError(f"{where}: cannot read ({e.strerror})") from None
+            first = head[-1][1] if head else ""
+            if _is_jsonl(first, where, fmt):
+                yield from _jsonl_lines(itertools.chain(head, lines), where, field, skipped)
+            elif unit == "line":
+                for number, line in itertools.chain(head, lines):
+                    for piece in line.splitlines() or [""]:  # a line may hold other Unicode line breaks
+                        if normalize_text(piece):
+                            yield InputText(normalize_text(piece), f"{where}:{number}", {})
+            else:
+                text = "".join(line for _, line in itertools.chain(head, lines))
+                yield InputText(normalize_text(text), where, {})
+        finally:
+            if close:
+                stream.close()
 
 
 def read_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text", unit: str = "document",
                 stdin: Optional[IO[bytes]] = None, skipped: Optional[list] = None) -> list:
-    """The texts of the inputs, in order.
+    """The texts of the inputs, in order, each normalised (:func:`wmspec_jax.textnorm.normalize_text`;
+    a leading byte-order mark of a file or of standard input is dropped before anything else).
 
     Args:
       paths: files; ``"-"`` or none at all: standard input.
       fmt: ``"jsonl"`` (one JSON object per line, the text in ``field``),
-        ``"text"``, or ``"auto"``: JSONL for ``.jsonl`` / ``.ndjson`` files
-        and for standard input whose first line starts with ``{``.
+        ``"text"``, or ``"auto"``: by content, whatever the name: JSONL when
+        the first non-empty line is a JSON object, else plain text (a file
+        named ``.jsonl`` / ``.ndjson`` that is not JSONL is an error).
       field: the JSONL field holding the text.
       unit: a plain-text input is one text (``"document"``) or one text per
         non-empty line (``"line"``, the prompts of ``wmspec-generate``).
@@ -121,42 +190,18 @@ def read_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
       InputError: a missing or unreadable file, binary input, malformed
         JSONL (without ``skipped``), or no non-empty text at all ("empty input").
     """
-    import sys
+    texts = list(iter_inputs(paths, fmt=fmt, field=field, unit=unit, stdin=stdin, skipped=skipped))
+    check_not_empty(texts, paths, unit, skipped)
+    return texts
 
-    if fmt not in FORMATS:
-        raise InputError(f"--input_format must be one of {FORMATS}, got {fmt!r}")
-    texts: list = []
-    for path in list(paths) or ["-"]:
-        if path == "-":
-            where = "stdin"
-            stream = stdin if stdin is not None else sys.stdin.buffer
-            if stdin is None and sys.stdin.isatty():
-                raise InputError("no input: give text files (or JSONL) as arguments / --input, or pipe text into stdin")
-            raw = stream.read()
-        else:
-            where = path
-            if os.path.isdir(path):
-                raise InputError(f"{path}: a directory, not a text file")
-            try:
-                with open(path, "rb") as f:
-                    raw = f.read()
-            except OSError as e:
-                raise InputError(f"{path}: cannot read ({e.strerror})") from None
-        text = _decode(raw, where)
-        jsonl = fmt == "jsonl" or (fmt == "auto" and (where.lower().endswith(JSONL_SUFFIXES)
-                                                     or (where == "stdin" and _looks_like_jsonl(text))))
-        if jsonl:
-            texts += _jsonl(text, where, field, skipped)
-        elif unit == "line":
-            texts += [InputText(line.strip(), f"{where}:{n}", {}) for n, line in enumerate(text.splitlines(), 1)
-                      if line.strip()]
-        else:
-            texts.append(InputText(text, where, {}))
+
+def check_not_empty(texts: Sequence[InputText], paths: Sequence[str], unit: str = "document",
+                    skipped: Optional[list] = None) -> None:
+    """InputError "empty input" when no text of ``texts`` has a non-space character."""
     if not any(t.text.strip() for t in texts):
         what = "prompts" if unit == "line" else "texts"
         bad = f" ({len(skipped)} unreadable line(s) skipped)" if skipped else ""
         raise InputError(f"empty input: no {what} in {', '.join(list(paths) or ['stdin'])}{bad}")
-    return texts
 
 
 def load_tokenizer(spec: str):
@@ -198,5 +243,5 @@ def is_terminal(stream) -> bool:
         return False
 
 
-__all__ = ["FORMATS", "InputError", "InputText", "is_terminal", "load_tokenizer", "read_inputs", "vocab_size",
-           "write_lines"]
+__all__ = ["FORMATS", "InputError", "InputText", "check_not_empty", "is_terminal", "iter_inputs", "load_tokenizer",
+           "read_inputs", "vocab_size", "write_lines"]

@@ -15,7 +15,7 @@ Pipeline (see ``docs/detection.md``):
    by name from :mod:`.registry` (the registry the CLI, the experiments
    and the notebooks share: :func:`make`) or fitted. Gumbel-max:
    :class:`SingleStream`, :class:`ArsTau` (Eq. 11, τ from
-   :func:`fit_ars_tau`), :class:`ArsPrior` (Eq. 12), :class:`Oracle`,
+   :func:`fit_ars_tau`), :class:`ArsPrior` (Eq. 12, keyed coins), :class:`Oracle`,
    :class:`Soft` (beyond the paper, :func:`fit_soft`); all with calibrated
    p-values. SynthID: :class:`MeanTest` (plain / weighted mean, exact null),
    :class:`Bayes` (App. D) trained by :func:`train_bayes` in modes single /
@@ -85,7 +85,7 @@ _NAMES = {
     "synthid_statistics": "streams",
     "synthid_weights": "synthid",
     "take": "streams",
-    "text_rngs": "gumbel",  # the one wmspec_jax.sampling.text_rngs
+    "text_rngs": "gumbel",  # the one wmspec_jax.sampling.text_rngs (no detector draws random numbers)
     "train_bayes": "bayes_training",
     "truncate": "streams",
     "score": "common",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import warnings
 from typing import Any, ClassVar, Mapping, NamedTuple, Optional
 
 import jax
@@ -102,8 +103,10 @@ class Detector(abc.ABC):
           stats: statistics of this detector's decoder (``GumbelStats`` /
             ``SynthIDStats``) with a compatible provenance.
           source: int8[B, L] token sources (the Oracles only; ignored by others).
-          rng: a ``jax.random`` key, or one key per text [B] (Ars-Prior only;
-            per-text keys make a text's score independent of its batch).
+          rng: ignored: no detector draws random numbers (Ars-Prior's coins
+            are keyed, :func:`.gumbel.choose_prior`). Accepted so that callers
+            written for random coins run; the Gumbel-max detectors warn
+            (:func:`ignored_rng`).
 
         Raises:
           ProvenanceMismatch: the statistics were computed with other settings
@@ -197,6 +200,18 @@ def check_unit(x, name: str, *, open_interval: bool = False) -> float:
     return x
 
 
+def ignored_rng(rng) -> None:
+    """Warns (DeprecationWarning) when a caller passes ``rng``: no detector uses one any more.
+
+    Ars-Prior's coins used to come from a ``jax.random`` key; they are keyed now
+    (:func:`.gumbel.choose_prior`), so a key or seed cannot change a score. The
+    argument is still accepted so that callers written for random coins run.
+    """
+    if rng is not None:
+        warnings.warn("rng is ignored: Ars-Prior's coins are a function of the watermark key and the text "
+                      "(no detector draws random numbers); stop passing rng", DeprecationWarning, stacklevel=3)
+
+
 def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
     """``detector.score(stats, source=source, rng=rng)`` (kept as a function for older code).
 
@@ -205,8 +220,7 @@ def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
         :func:`fit_soft`, :func:`train_bayes`, :func:`load_detector`).
       stats: statistics of the matching decoder.
       source: int8[B, L] token sources (the Oracles only).
-      rng: ``jax.random`` key or per-text keys (Ars-Prior only; default
-        ``jax.random.key(detector.seed)``).
+      rng: ignored (see :meth:`Detector.score`).
 
     Raises:
       ProvenanceMismatch: the statistics were computed with other settings

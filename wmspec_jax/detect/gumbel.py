@@ -19,7 +19,22 @@ Detectors:
   stays Gamma(n, 1) for every τ, so the threshold at each τ is the exact
   Gamma quantile and the training split needs watermarked texts only.
 * **Ars-Prior** (Eq. 12): y^D_t with probability p (the training draft
-  fraction), drawn with a caller-provided ``jax.random`` key.
+  fraction), independently per token. The paper draws these coins with a
+  random generator; here (our choice, a departure from Eq. 12) each coin is
+  a keyed function of the token's acceptance uniform u_t
+  (:func:`prior_uniforms`): the 24-bit integer k_t of u_t, xor
+  :data:`PRIOR_COIN_DOMAIN`, through the PRF's bijection ``prf.mix``, as a
+  uniform; coin_t = that uniform < p. The verdict is then a function of the
+  key and the scored tokens alone: nothing outside them (a trailing
+  newline, a batch, padding) and no seed can re-draw the coins, so a text
+  cannot be re-scored until it comes out "watermarked". The null stays
+  exactly Gamma(n, 1): under H0 the text is independent of the key, so u_t
+  is independent of (y^D_t, y^T_t) and a function of u_t is a selection
+  rule that does not look at the y's (above). Under H1 ``mix`` decorrelates
+  the coin from u_t's magnitude — Ars-τ reads exactly that (u_t < τ, and an
+  accepted draft token has u_t below its acceptance ratio); Ars-Prior's
+  coins are meant to be independent of it, and among accepted draft tokens
+  they come up 1 with frequency p as random coins would.
 * **Oracle**: the true source from the generation records.
 * **Soft** (beyond the paper): the per-token mixture likelihood ratio, in
   :mod:`.soft`.
@@ -28,17 +43,17 @@ Detectors:
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import validation
-from wmspec_jax.sampling import text_rngs  # noqa: F401  (detect.text_rngs: Ars-Prior's per-text coins)
+from wmspec_jax import prf, validation
+from wmspec_jax.sampling import text_rngs  # noqa: F401  (detect.text_rngs; no detector draws random numbers)
 from wmspec_jax.detect import pvalues
-from wmspec_jax.detect.common import Detector, Scores, TokenTerms, check_unit, config_provenance, fitted_provenance
+from wmspec_jax.detect.common import (Detector, Scores, TokenTerms, check_unit, config_provenance, fitted_provenance,
+                                      ignored_rng)
 from wmspec_jax.detect.provenance import Provenance, check_compatible
 from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, arrays_only, check_source, check_statistics
 
@@ -62,15 +77,32 @@ def ars_terms(y: jax.Array) -> jax.Array:
     return -jnp.log1p(-jnp.asarray(y, jnp.float32))
 
 
+def tree_sum(x: jax.Array) -> jax.Array:
+    """Σ over the last axis by a fixed pairwise tree (float32: error O(log L) ulps).
+
+    The axis is padded with zeros to a power of two and halved level by level, so position t
+    always meets the same partners: a text's sum is the same bit for bit whatever its padding or
+    the batch's width (the extra zeros join as exact zeros), unlike ``jnp.sum``, whose order
+    depends on the width. Used inside jit; the loop runs over the log2(L) levels at trace time.
+    """
+    x = jnp.asarray(x)
+    n = x.shape[-1]
+    size = 1 << max(n - 1, 0).bit_length()
+    x = jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, size - n)])
+    while x.shape[-1] > 1:
+        x = x[..., 0::2] + x[..., 1::2]
+    return x[..., 0]
+
+
 @jax.jit
 def _sum_terms(y, mask):
     terms = jnp.where(mask, ars_terms(y), 0.0)
-    return jnp.sum(terms, axis=1), jnp.sum(mask, axis=1, dtype=jnp.int32)
+    return tree_sum(terms), jnp.sum(mask, axis=1, dtype=jnp.int32)
 
 
 @jax.jit
 def _sum_given_terms(terms, mask):
-    return jnp.sum(jnp.where(mask, terms, 0.0), axis=1), jnp.sum(mask, axis=1, dtype=jnp.int32)
+    return tree_sum(jnp.where(mask, terms, 0.0)), jnp.sum(mask, axis=1, dtype=jnp.int32)
 
 
 def _gamma_scores(total, n) -> Scores:
@@ -130,38 +162,41 @@ def choose_ars_tau(u, tau) -> jax.Array:
     return jnp.asarray(u) < jnp.float32(tau)
 
 
-def choose_prior(shape, draft_fraction: float, rng) -> jax.Array:
-    """Eq. (12): the draft statistic with probability p, independently per token.
+PRIOR_COIN_DOMAIN = 0x41525350
+"""Domain separation of Ars-Prior's coins (the bytes "ARSP"): xored into the
+24-bit integer of the acceptance uniform before ``prf.mix``, so the coins are
+not a re-use of any value the watermark itself draws."""
+
+
+@jax.jit
+def prior_uniforms(u) -> jax.Array:
+    """Ars-Prior's keyed uniform of each token, float32[...] in (0, 1), from its acceptance uniform.
+
+    k_t = round(u_t 2^24) is the odd 24-bit integer of u_t (:func:`wmspec_jax.prf.to_uniform`), so
+    the value is ``to_uniform(mix(k_t ^ PRIOR_COIN_DOMAIN))``: a function of (key, context) only,
+    i.i.d. over scored positions under H0 and independent of the y's there (module doc). Non-finite
+    u (values at unscored positions of statistics built by hand) count as 0.
+    """
+    u = jnp.asarray(u, jnp.float32)
+    u = jnp.clip(jnp.where(jnp.isfinite(u), u, 0.0), 0.0, 1.0)
+    k = jnp.round(u * jnp.float32(2.0**24)).astype(jnp.uint32)
+    return prf.to_uniform(prf.mix(k ^ jnp.uint32(PRIOR_COIN_DOMAIN)))
+
+
+def choose_prior(u, draft_fraction: float) -> jax.Array:
+    """Eq. (12) with keyed coins: the draft statistic with probability p, independently per token.
 
     Args:
-      shape: (B, L).
+      u: float32[B, L] the acceptance uniforms (``GumbelStats.u``).
       draft_fraction: p, the estimated share of accepted draft tokens.
-      rng: a ``jax.random`` key (the choice is reproducible given it), or
-        typed keys [B], one per text (:func:`text_rngs`): then the coin of
-        position t of text b is a function of (key_b, t) only, so a text's
-        choice does not depend on its batch, its row or the padding.
+
+    Returns:
+      bool[B, L]: :func:`prior_uniforms` (u) < p — a function of the key and the text's tokens only,
+      so a text's choice does not depend on its batch, its row, the padding or any seed. Under H0 the
+      coins are independent of the y's (module doc: the null stays Gamma(n, 1)).
     """
     p = check_unit(draft_fraction, "draft fraction p")
-    if _per_text_keys(rng, shape[0]):
-        return _per_text_uniforms(rng, int(shape[1])) < jnp.float32(p)
-    return jax.random.bernoulli(rng, p, tuple(shape))
-
-
-def _per_text_keys(rng, batch: int) -> bool:
-    dtype = getattr(rng, "dtype", None)
-    if dtype is None or not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
-        return False
-    if rng.ndim == 0:
-        return False
-    if rng.shape != (batch,):
-        raise ValueError(f"per-text keys must be [{batch}] (one per text), got shape {rng.shape}")
-    return True
-
-
-@functools.partial(jax.jit, static_argnames=("length",))
-def _per_text_uniforms(rngs, length: int):
-    positions = jnp.arange(length, dtype=jnp.uint32)
-    return jax.vmap(lambda k: jax.vmap(lambda t: jax.random.uniform(jax.random.fold_in(k, t)))(positions))(rngs)
+    return prior_uniforms(u) < jnp.float32(p)
 
 
 def choose_oracle(source) -> jax.Array:
@@ -182,10 +217,14 @@ def score_ars_tau(stats: GumbelStats, tau: float) -> Scores:
     return gamma_test(select(stats, choose_ars_tau(stats.u, tau)), stats.mask)
 
 
-def score_ars_prior(stats: GumbelStats, draft_fraction: float, rng) -> Scores:
-    """Ars-Prior (Eq. 12) with exact Gamma(n, 1) p-values."""
+def score_ars_prior(stats: GumbelStats, draft_fraction: float, rng=None) -> Scores:
+    """Ars-Prior (Eq. 12, keyed coins: :func:`choose_prior`) with exact Gamma(n, 1) p-values.
+
+    ``rng`` is ignored (the coins are keyed; see :func:`.common.ignored_rng`).
+    """
+    ignored_rng(rng)
     stats = _check_stats(stats)
-    choice = choose_prior(stats.mask.shape, draft_fraction, rng)
+    choice = choose_prior(stats.u, draft_fraction)
     return gamma_test(select(stats, choice), stats.mask)
 
 
@@ -222,19 +261,21 @@ class GammaDetector(Detector):
 
     decoder: ClassVar[str] = "gumbel"
 
-    def choose_draft(self, stats: GumbelStats, source, rng) -> jax.Array:
+    def choose_draft(self, stats: GumbelStats, source) -> jax.Array:
         """bool[B, L]: use y^D at a position (else y^T)."""
         raise NotImplementedError
 
     def score(self, stats, *, source=None, rng=None) -> Scores:
+        ignored_rng(rng)
         stats = _check_stats(stats)
         self.check(stats)
-        return gamma_test(select(stats, self.choose_draft(stats, source, rng)), stats.mask)
+        return gamma_test(select(stats, self.choose_draft(stats, source)), stats.mask)
 
     def token_terms(self, stats, *, source=None, rng=None) -> TokenTerms:
+        ignored_rng(rng)
         stats = _check_stats(stats)
         self.check(stats)
-        y = select(stats, self.choose_draft(stats, source, rng))
+        y = select(stats, self.choose_draft(stats, source))
         terms = jnp.where(stats.mask, ars_terms(y), 0.0)
         return TokenTerms(terms, stats.mask, stats.starts, stats.lengths, "gamma", 1)
 
@@ -249,7 +290,7 @@ class SingleStream(GammaDetector):
 
     label = property(lambda self: "single (target stream)")
 
-    def choose_draft(self, stats, source, rng):
+    def choose_draft(self, stats, source):
         return jnp.zeros(stats.mask.shape, bool)
 
     def settings(self) -> dict:
@@ -287,7 +328,7 @@ class ArsTau(GammaDetector):
 
     label = property(lambda self: "Ars-tau")
 
-    def choose_draft(self, stats, source, rng):
+    def choose_draft(self, stats, source):
         return choose_ars_tau(stats.u, self.tau)
 
     def settings(self) -> dict:
@@ -311,15 +352,26 @@ class ArsTau(GammaDetector):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class ArsPrior(GammaDetector):
-    """Ars-Prior (Eq. 12): y^D_t with probability p per token, from a ``jax.random`` key.
+    """Ars-Prior (Eq. 12): y^D_t with probability p per token, with keyed coins.
 
-    ``score(stats, rng=...)``: a key, or per-text keys (:func:`text_rngs`);
-    without one, ``jax.random.key(seed)``.
+    The coin of token t is :func:`prior_uniforms` (u_t) < p, u_t its acceptance uniform: a
+    deterministic function of the watermark key and the scored tokens, so no edit outside them and
+    no seed can re-draw it. This departs from Eq. 12, which draws the coins with a random generator
+    (our choice: a verdict that can be re-drawn can be shopped for). The null is still exactly
+    Gamma(n, 1): under H0 the text is independent of the key, u_t is independent of
+    (y^D_t, y^T_t), and a function of u_t is a selection rule that does not look at the y's. Under
+    H1 ``prf.mix`` decorrelates the coin from u_t's magnitude (which Ars-τ thresholds), so the coins
+    are 1 for a share p of the accepted draft tokens, as random coins are.
+
+    Attributes:
+      provenance: of the statistics it scores (or of the settings, key unknown).
+      draft_fraction: p ∈ [0, 1].
+      info: further key-free notes (saved with the config). Files saved with a ``seed`` (the random
+        coins' seed) load; the seed is dropped.
     """
 
     provenance: Provenance
     draft_fraction: float
-    seed: int = 0
     info: Mapping = dataclasses.field(default_factory=dict)
     kind: ClassVar[str] = "ars_prior"
 
@@ -328,15 +380,16 @@ class ArsPrior(GammaDetector):
 
     label = property(lambda self: "Ars-Prior")
 
-    def choose_draft(self, stats, source, rng):
-        return choose_prior(stats.mask.shape, self.draft_fraction, jax.random.key(self.seed) if rng is None else rng)
+    def choose_draft(self, stats, source):
+        return choose_prior(stats.u, self.draft_fraction)
 
     def settings(self) -> dict:
-        return {"draft_fraction": self.draft_fraction, **({"seed": self.seed} if self.seed else {}), **self.info}
+        return {"draft_fraction": self.draft_fraction, **self.info}
 
     @classmethod
     def from_saved(cls, config, params) -> "ArsPrior":
         known, rest = split_settings(config, ("draft_fraction", "seed"))
+        known.pop("seed", None)  # the random coins' seed of older files: the coins are keyed now
         return cls(config_provenance(config), info=rest, **known)
 
 
@@ -351,7 +404,7 @@ class Oracle(GammaDetector):
 
     label = property(lambda self: "Oracle")
 
-    def choose_draft(self, stats, source, rng):
+    def choose_draft(self, stats, source):
         if source is None:
             raise ValueError("the Oracle detector needs the token sources (generation records, or "
                              "detect.pseudo_source for texts without records)")

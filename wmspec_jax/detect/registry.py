@@ -1,7 +1,7 @@
 """The one registry of detectors, shared by the CLI, the experiments and the notebooks.
 
 Every detector is a small typed object (:class:`.common.Detector`) with a
-``score(stats, *, source=None, rng=None) -> Scores`` method. This module maps
+``score(stats, *, source=None) -> Scores`` method. This module maps
 
 * user-facing **names** (``wmspec-detect --detector=NAME``, the experiments'
   detector sets) to how a detector is made: built from its settings alone
@@ -12,7 +12,9 @@ Every detector is a small typed object (:class:`.common.Detector`) with a
   their class, so :func:`from_saved` rebuilds any saved detector.
 
 The default per decoder (:data:`DEFAULTS`) is the best detector that needs
-neither training data nor generation records: Ars-Prior (Eq. 12) for
+neither training data nor generation records, and every default is
+deterministic (a function of the key and the text: no coin can be re-drawn):
+Ars-Prior (Eq. 12, with keyed coins: :func:`.gumbel.choose_prior`) for
 Gumbel-max — Ars-τ needs a τ fitted on watermarked texts, which the detection
 experiment saves (``detectors/gumbel-ars-tau.npz``) — and the mean g-value
 of both streams for SynthID (exact p-value).
@@ -83,10 +85,10 @@ def _entries():
               lambda prov: gumbel().SingleStream(prov), paper="Sec. 4.2"),
         Entry("ars-tau", g, "y^D if u < tau else y^T; tau from a saved detector or --tau",
               lambda prov, tau=0.5: gumbel().ArsTau(prov, tau), {"tau": 0.5}, paper="Eq. 11"),
-        Entry("ars-prior", g, "y^D with probability p per token (random, independent of the y's); p from "
-              "--draft_fraction, else the line's draft_fraction, else 0.5",
-              lambda prov, draft_fraction=0.5, seed=0: gumbel().ArsPrior(prov, draft_fraction, seed),
-              {"draft_fraction": 0.5, "seed": 0}, paper="Eq. 12"),
+        Entry("ars-prior", g, "y^D with probability p per token, keyed coins (deterministic: a function of the key "
+              "and the text); p from --draft_fraction, else the line's draft_fraction, else 0.5",
+              lambda prov, draft_fraction=0.5: gumbel().ArsPrior(prov, draft_fraction),
+              {"draft_fraction": 0.5}, paper="Eq. 12 (keyed coins)"),
         Entry("oracle", g, "the true stream of each token (needs generation records)",
               lambda prov: gumbel().Oracle(prov), needs_source=True, paper="Sec. 4.2"),
         Entry("soft", g, "per-token likelihood ratio using u; fitted (saved detector)"),

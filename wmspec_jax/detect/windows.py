@@ -178,7 +178,8 @@ def scan(terms: TokenTerms, min_window: int = DEFAULT_MIN_WINDOW) -> WindowScore
 
 
 def score_windows(detector, stats, *, source=None, rng=None, min_window: int = DEFAULT_MIN_WINDOW) -> WindowScores:
-    """:func:`scan` of a detector's per-token terms on ``stats`` (checks the provenance)."""
+    """:func:`scan` of a detector's per-token terms on ``stats`` (checks the provenance); ``rng`` is ignored
+    (:meth:`.common.Detector.score`)."""
     return scan(detector.token_terms(stats, source=source, rng=rng), min_window)
 
 

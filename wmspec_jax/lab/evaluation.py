@@ -243,15 +243,13 @@ def load_set(decoder: str, directory: str, provenance, extra: Optional[dict] = N
     return complete_set(decoder, fitted, provenance, extra)
 
 
-def score_set(detectors: dict, stats, texts: dict, seed: int) -> dict:
+def score_set(detectors: dict, stats, texts: dict) -> dict:
     """label -> :class:`wmspec_jax.detect.Scores` of every detector of a set on one batch.
 
-    The Oracles get the texts' sources; Ars-Prior one ``jax.random`` key per
-    text index (:func:`wmspec_jax.detect.text_rngs`), so a text's score does
-    not depend on its batch (nor on padding or truncation).
+    The Oracles get the texts' sources. Every detector is deterministic (Ars-Prior's coins are keyed),
+    so a text's score does not depend on its batch (nor on padding or truncation).
     """
-    rngs = detect.text_rngs(seed, texts["indices"])
-    return {label: d.score(stats, source=texts["source"], rng=rngs) for label, d in detectors.items()}
+    return {label: d.score(stats, source=texts["source"]) for label, d in detectors.items()}
 
 
 def _save(save_dir, decoder: str, fitted: dict) -> None:
@@ -394,7 +392,7 @@ def _count(texts) -> int:
 
 
 def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dict, texts: dict,
-                 model_negatives: dict, threshold_negatives: Callable, lengths: Sequence[int], rng, *, seed: int,
+                 model_negatives: dict, threshold_negatives: Callable, lengths: Sequence[int], rng, *,
                  num_resamples: int) -> dict:
     """TPR at 1 % FPR vs length of multi-draft Alg. 1 texts under one chain's detectors (:func:`evaluate`).
 
@@ -413,9 +411,8 @@ def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dic
         detectors = {k: dataclasses.replace(d, provenance=stats.provenance) for k, d in detectors.items()}
 
     def score(part: dict, key_stats, source_stats) -> dict:
-        rngs = detect.text_rngs(seed + 1, part["indices"])
         return {k: np.asarray(detect.decision_scores(d.score(source_stats if d.needs_source else key_stats,
-                                                             source=part["source"], rng=rngs)))
+                                                             source=part["source"])))
                 for k, d in detectors.items()}
 
     if searched:
@@ -505,7 +502,7 @@ def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: i
     calibrated = {k: bool(d.calibrated) for k, d in detectors.items()}
 
     def score_all(part: dict, part_stats) -> dict:
-        out = score_set(detectors, part_stats, part, seed + 1)
+        out = score_set(detectors, part_stats, part)
         return {k: np.asarray(detect.decision_scores(v)) for k, v in out.items()}
 
     @functools.lru_cache(maxsize=None)  # the curves, the ROC and the FPR ask for the same (set, length)
@@ -568,7 +565,7 @@ def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: i
             else:
                 fpr[which][name] = _fpr_estimate(flagged(calibrated[name], other[name], scores_of(neg, name)))
     multi = {shape: _multi_draft(family, options, detectors, calibrated, part, texts["nte"], threshold_negatives,
-                                 lengths, jax.random.fold_in(rng, 1000 + j), seed=seed, num_resamples=num_resamples)
+                                 lengths, jax.random.fold_in(rng, 1000 + j), num_resamples=num_resamples)
              for j, (shape, part) in enumerate((multi_draft or {}).items())}
     rule = "calibrated detectors: p <= 0.01 (exact null)"
     if not all(calibrated.values()):

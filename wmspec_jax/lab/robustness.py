@@ -28,7 +28,7 @@ rate the experiment reports:
   same texts at each rate.
 
 At 0 % edits the texts are the detection experiment's, scored identically
-(same detectors, per-text Ars-Prior keys, same sources), so every Gumbel
+(same detectors, same keyed Ars-Prior coins, same sources), so every Gumbel
 detector's TPR equals ``detection.json``'s at the full text length:
 ``robustness.json`` → ``zero_edit_check``. (The SynthID detectors are
 thresholded on negatives of other sets there — human answers that reach the
@@ -197,10 +197,10 @@ def _estimate(e) -> list:
 
 
 def score_cell(decoder: str, detectors: dict, sets: dict, negatives: dict, *, vocab_size: int, num_layers: int,
-               seed: int, num_resamples: int, num_auc_resamples: int, rng) -> dict:
+               num_resamples: int, num_auc_resamples: int, rng) -> dict:
     """Metrics of one edited cell (module doc): TPR, AUC, FPR, stream evidence, orderings."""
     neg_stats = _statistics(decoder, negatives, vocab_size, num_layers)
-    neg_scores = evaluation.score_set(detectors, neg_stats, negatives, seed + 1)
+    neg_scores = evaluation.score_set(detectors, neg_stats, negatives)
     out = {"fpr": {}, "sets": {}}
     for label, sc in neg_scores.items():
         if detectors[label].calibrated:
@@ -208,7 +208,7 @@ def score_cell(decoder: str, detectors: dict, sets: dict, negatives: dict, *, vo
             out["fpr"][label] = _estimate(metrics.clopper_pearson(int(flags_.sum()), flags_.size))
     for k, (set_name, texts) in enumerate(sets.items()):
         stats = _statistics(decoder, texts, vocab_size, num_layers)
-        pos_scores = evaluation.score_set(detectors, stats, texts, seed + 1)
+        pos_scores = evaluation.score_set(detectors, stats, texts)
         res = {"tpr": {}, "auc": {}, "flags": {}}
         for j, (label, sc) in enumerate(pos_scores.items()):
             key = jax.random.fold_in(rng, 10 * k + j)
@@ -295,7 +295,7 @@ def run_robustness(harness: Session, rs: RobustnessSettings = RobustnessSettings
                           for k, (name, x) in enumerate(sets.items())}
                 negatives = edit_texts(t["nte"], kind, rate, seed=base_seed + [9], **edit)
                 cell = score_cell(dec, detectors, edited, negatives, vocab_size=pair.vocab_size,
-                                  num_layers=s.synthid_layers, seed=s.seed, num_resamples=s.num_resamples,
+                                  num_layers=s.synthid_layers, num_resamples=s.num_resamples,
                                   num_auc_resamples=rs.num_auc_resamples,
                                   rng=jax.random.fold_in(jax.random.key(s.seed + 11), zlib.crc32(cid.encode())))
                 store.add([{"id": cid, "decoder": dec, "edit": kind, "rate": rate, "settings": _fingerprint(s, rs),
