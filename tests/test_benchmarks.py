@@ -75,3 +75,19 @@ def test_the_multidraft_comparison_writes_one_row_per_draft_shape(tmp_path):
     assert all(set(r["tpr"]) == set(r["median_log10_p"]) == {"records", "sibling0", "searched", "searched_equal"}
                for r in rows)
     assert "tpr_oracle" in rows[0] and "tpr_oracle" not in rows[1]  # the Oracle is Gumbel-max's
+
+
+def test_the_cli_startup_benchmark_reports_help_and_a_small_jsonl_file(tmp_path):
+    out = tmp_path / "startup.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.bench_cli_startup", "--parts=help,jsonl", "--repeats=1",
+                           "--jsonl_mb=0.05", f"--output={out}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report["commands"]) == {"wmspec-detect --help", "wmspec-generate --help"}
+    for row in report["commands"].values():
+        assert 0 < row["warm_min_s"] <= row["warm_s"] <= row["warm_max_s"] and row["cold_s"] > 0
+        assert row["cold_max_rss_mb"] > 0 and row["warm_max_rss_mb"] > 0
+    jsonl = report["jsonl"]
+    assert 0.05 <= jsonl["megabytes"] < 0.1 and jsonl["lines"] > 1 and jsonl["cache"] == "cold"
+    assert jsonl["median_wall_s"] > 0 and jsonl["median_max_rss_mb"] > 0
+    assert report["parts"] == ["help", "jsonl"] and len(report["load_average_before"]) == 3

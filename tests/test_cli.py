@@ -129,14 +129,15 @@ def test_wrong_secrets_are_calibrated_over_1000_texts(generated, tmp_path):
 
 
 def test_a_wrong_key_is_calibrated_over_1000_texts(generated, tmp_path, secret_file):
-    """The 24 answers under 48 wrong (run, index) keys each: >= 1,000 scores (an answer too short to score
-    drops out), FPR at 0.01 in its binomial band."""
+    """The 24 answers under 48 wrong (run, index) keys each (--keys=per_text: lines without a recorded
+    derivation are otherwise scored with the secret itself): >= 1,000 scores (an answer too short to
+    score drops out), FPR at 0.01 in its binomial band."""
     _, _, recs = generated
     wrong = [{"text": r["text"], "run": f"wrong-{j}", "index": r["index"]} for j in range(48) for r in recs]
     path = tmp_path / "wrong.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in wrong))
     rc, stdout, err = call(cli_detect, [str(path), f"--secret_file={secret_file}", "--detector=auto,single",
-                                        "--timing"])
+                                        "--timing", "--keys=per_text"])
     assert rc == 0, err
     assert "tokens/s" in err
     res = [r for r in lines(stdout) if r["results"][0]["pvalue"] is not None]
@@ -157,7 +158,7 @@ def test_human_text_is_calibrated_over_1000_texts(tmp_path, secret_file):
     path = tmp_path / "human.jsonl"
     path.write_text("".join(json.dumps({"text": t, "run": "human", "index": i}) + "\n"
                             for i, t in enumerate(human_chunks(1100))))
-    rc, stdout, err = call(cli_detect, [str(path), f"--secret_file={secret_file}", "--windowed"])
+    rc, stdout, err = call(cli_detect, [str(path), f"--secret_file={secret_file}", "--windowed", "--keys=per_text"])
     assert rc == 0, err
     res = lines(stdout)
     p = np.array([r["pvalue"] for r in res if r["pvalue"] is not None])

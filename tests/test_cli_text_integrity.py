@@ -175,10 +175,12 @@ def test_text_that_starts_with_a_brace_is_text(tmp_path, key):
     rc, stdout, err = call(["-", key], stdin=essay.encode())
     assert rc == 0, err
     assert lines(stdout)[0]["num_tokens"] > 30
-    fake = tmp_path / "notes.jsonl"
-    fake.write_text(essay)
-    rc, _, err = call([str(fake), key])
-    assert rc == 2 and "named like JSONL" in err and "--input_format=text" in err
+    damaged = tmp_path / "answers.jsonl"  # a damaged first line costs that line, not the records after it
+    damaged.write_text(essay + "\n" + json.dumps({"id": "b", "text": OTHER}) + "\n")
+    rc, stdout, err = call([str(damaged), key])
+    assert rc == 0 and [r["id"] for r in lines(stdout)] == ["b"] and "skipped" in err and "answers.jsonl:1" in err
+    rc, stdout, err = call([str(damaged), key, "--input_format=text"])
+    assert rc == 0 and len(lines(stdout)) == 1, err
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -224,3 +226,18 @@ def test_a_verdict_cannot_be_re_rolled_by_resubmitting_whitespace_variants(tmp_p
     assert hits <= 12
     rc, _, err = call([write_jsonl(tmp_path / "one.jsonl", rows[:1]), key, "--seed=3"])
     assert rc == 2 and "seed" in err  # no flag re-draws a verdict
+
+
+def test_prompts_lose_a_bom_and_crlf_before_they_are_tokenised(tmp_path):
+    """What wmspec-generate reads as prompts (the same reader): a BOM or CRLF in a prompt file would
+    otherwise reach the model and change the answer."""
+    clean = tmp_path / "clean.txt"
+    clean.write_text("Why is the sky blue?\nHow do magnets work?\n")
+    dirty = tmp_path / "dirty.txt"
+    dirty.write_bytes("\ufeffWhy is the sky blue?\u00a0\r\n\r\nHow do magnets\u00a0work?\r\n".encode("utf-8"))
+    want = [x.text for x in cli_texts.read_inputs([str(clean)], unit="line")]
+    assert [x.text for x in cli_texts.read_inputs([str(dirty)], unit="line")] == want
+    assert want == ["Why is the sky blue?", "How do magnets work?"]
+    rows = tmp_path / "prompts.jsonl"
+    rows.write_bytes(b"\xef\xbb\xbf" + json.dumps({"prompt": "Why is the sky blue?\r\n"}).encode() + b"\n")
+    assert [x.text for x in cli_texts.read_inputs([str(rows)], field="prompt", unit="line")] == want[:1]

@@ -1,11 +1,13 @@
 """Where the package keeps what it can rebuild but should not rebuild on every run.
 
 One directory, ``$WMSPEC_CACHE_DIR`` or ``~/.cache/wmspec_jax``: ``xla/`` (the
-command-line tools' persistent compilation cache) and ``tokenizers/`` (the
+command-line tools' persistent compilation cache), ``tokenizers/`` (the
 built-in tokenizer, which takes seconds to rebuild from the GGUF file's
-metadata and a tenth of a second to load). Everything in it is derived from
-files the package reads and keyed by their identity and the library
-versions, so deleting it is always safe. ``WMSPEC_CACHE_DIR=""`` turns it off.
+metadata and a tenth of a second to load) and ``weights/`` (the built-in
+target's dequantised float32 weights, ~0.5 GB, which take seconds to convert
+and are mapped without a copy: :func:`wmspec_jax.models.gguf_loader.load_gguf_model`).
+Everything in it is derived from files the package reads and keyed by their
+identity and the library versions, so deleting it is always safe. ``WMSPEC_CACHE_DIR=""`` turns it off.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ r"""``wmspec-detect``: was this text watermarked with my key?
 (also ``python -m wmspec_jax.cli.detect``). Inputs: text files (one text each),
 JSONL files (one JSON object per line, the text in ``--text_field``, default
 ``text``) or standard input, told apart by content whatever the file's name:
-JSONL when the first non-empty line is a JSON object (``--input_format``
-forces either). Every text is normalised before it is tokenised
+JSONL when the first non-empty line is a JSON object or the file is named
+``.jsonl`` / ``.ndjson`` (``--input_format`` forces either). Every text is normalised before it is tokenised
 (:mod:`wmspec_jax.textnorm`: a BOM, zero-width spaces, CRLF, no-break spaces,
 decomposed accents and surrounding whitespace folded away), as
 ``wmspec-generate`` normalises the text it records, so a copy-paste variant
@@ -901,8 +901,10 @@ def _results(scoring: ScoringRun, paths: Sequence[str], stdin, stderr, run_out: 
 
 
 def _scored_chunks(scoring: ScoringRun, texts, skipped: list, stderr):
-    """Yields the result lines chunk by chunk; returns whether any text had a non-space character."""
+    """Yields the result lines chunk by chunk; returns whether any text had a non-space character.
+    Nothing is scored before the first such text is read: input with none is an error with no output."""
     reported, number, any_text = 0, 0, False
+    held: list = []  # empty texts read before the first non-empty one
     while True:
         t0 = time.perf_counter()
         chunk = list(itertools.islice(texts, CHUNK_TEXTS))
@@ -912,8 +914,14 @@ def _scored_chunks(scoring: ScoringRun, texts, skipped: list, stderr):
         reported = len(skipped)
         if not chunk:
             return any_text
-        any_text = any_text or any(x.text.strip() for x in chunk)
-        yield from _score_chunk(scoring, chunk, number)
+        if not any_text:
+            any_text = any(x.text.strip() for x in chunk)
+            if not any_text:
+                held += chunk
+                continue
+            chunk, held = held + chunk, []
+        for start in range(0, len(chunk), CHUNK_TEXTS):
+            yield from _score_chunk(scoring, chunk[start:start + CHUNK_TEXTS], number + start)
         number += len(chunk)
 
 

@@ -123,7 +123,8 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("truncate_prompts", False, "shorten longer prompts from the start of their text (BOS and "
                       "the chat template kept) instead of refusing them", flag_values=fv)
     flags.DEFINE_bool("stop_at_eos", True, "stop a text at the model's end-of-turn token", flag_values=fv)
-    flags.DEFINE_integer("batch_size", 8, "texts per generation call", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("batch_size", 8, "texts per generation call (fewer texts: that many rows)", lower_bound=1,
+                         flag_values=fv)
     flags.DEFINE_integer("seed", 0, "seed of the true randomness (repeated contexts, the baselines' coins)",
                          lower_bound=0, flag_values=fv)
     flags.DEFINE_string("run", None, "run name keying the texts (default: a fresh gen-<time>-<random>); "
@@ -431,7 +432,8 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
         batches = batching.generate_in_batches(
             pair.target, pair.target_params, prompts[rows], lengths[rows], todo, config,
             stream_keys=lambda idx: _text_keys(fv, secret, idx, run),
-            rngs=lambda idx: sampling.text_rngs(fv.seed, idx, run=run), batch_size=fv.batch_size,
+            rngs=lambda idx: sampling.text_rngs(fv.seed, idx, run=run),
+            batch_size=max(1, min(fv.batch_size, len(todo))),  # one prompt: one row, not a padded batch
             draft=pair.draft, draft_params=pair.draft_params)
         for batch in batches:
             recs = _records(fv, run, pair, texts, where, batch.texts, secret, config)

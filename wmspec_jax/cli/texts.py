@@ -99,13 +99,9 @@ def _is_jsonl(first: str, where: str, fmt: str) -> bool:
     """JSONL or plain text: forced by ``fmt``, else by content: the first non-empty line ``first``."""
     if fmt != "auto":
         return fmt == "jsonl"
-    if _is_json_object(first):
-        return True
-    if where.lower().endswith(JSONL_SUFFIXES):
-        raise InputError(f"{where}: named like JSONL but its first line is not a JSON object; pass "
-                         "--input_format=jsonl to read it as JSONL anyway (unreadable lines are skipped) or "
-                         "--input_format=text to read it as plain text")
-    return False
+    # a file named JSONL stays JSONL when its first line is damaged: that line is skipped and reported,
+    # never a reason to read the records after it as one plain text
+    return _is_json_object(first) or where.lower().endswith(JSONL_SUFFIXES)
 
 
 def _decoded_lines(stream: IO[bytes], where: str):
@@ -176,8 +172,9 @@ def read_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
       paths: files; ``"-"`` or none at all: standard input.
       fmt: ``"jsonl"`` (one JSON object per line, the text in ``field``),
         ``"text"``, or ``"auto"``: by content, whatever the name: JSONL when
-        the first non-empty line is a JSON object, else plain text (a file
-        named ``.jsonl`` / ``.ndjson`` that is not JSONL is an error).
+        the first non-empty line is a JSON object, else plain text; a file
+        named ``.jsonl`` / ``.ndjson`` is JSONL whatever its first line (a
+        damaged line is skipped and reported, the records after it kept).
       field: the JSONL field holding the text.
       unit: a plain-text input is one text (``"document"``) or one text per
         non-empty line (``"line"``, the prompts of ``wmspec-generate``).

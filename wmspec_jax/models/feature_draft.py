@@ -86,8 +86,18 @@ def runtime_params(target_params: dict, trainable: dict, head_ids=None) -> dict:
     """The draft's params: trainable ones in the target's dtype plus the shared embedding
     (and the head's kept rows when ``head_ids`` is given)."""
     dtype = target_params["embed"].dtype
-    own = jax.tree_util.tree_map(lambda a: jnp.asarray(a).astype(dtype), {k: trainable[k] for k in TRAINABLE})
-    own["layers"] = transformer.unstack_layers(own["layers"])
+    own = {k: trainable[k] for k in TRAINABLE}
+    if all(isinstance(a, np.ndarray) for a in jax.tree_util.tree_leaves(own)):
+        # Host arrays (a loaded file): the layer axis is split on the host and float32 arrays are
+        # placed with device_put, so no device program runs per array (each is one to trace and load).
+        def place(a):
+            return jax.device_put(a) if dtype == np.float32 else jnp.asarray(a).astype(dtype)
+
+        own["layers"] = [{k: place(v) for k, v in layer.items()} for layer in transformer.unstack_layers(own["layers"])]
+        own.update({k: place(own[k]) for k in TRAINABLE if k != "layers"})
+    else:
+        own = jax.tree_util.tree_map(lambda a: jnp.asarray(a).astype(dtype), own)
+        own["layers"] = transformer.unstack_layers(own["layers"])
     return draft_lib.with_shared_head(target_params, own, head_ids)
 
 
@@ -203,11 +213,11 @@ def save(path: str | os.PathLike, trainable: dict, head_ids=None, meta: dict | N
 
 
 def load(path: str | os.PathLike) -> tuple[dict, np.ndarray | None, dict]:
-    """(trainable float32 pytree, head ids or None, meta) written by :func:`save`."""
+    """(trainable float32 pytree of host arrays, head ids or None, meta) written by :func:`save`."""
     with draft_lib.open_draft_file(os.fspath(path), FORMAT, "feature draft file") as (z, meta):
-        trainable = {"fc": jnp.asarray(z["fc"], jnp.float32),
-                     "final_norm": jnp.asarray(z["final_norm"], jnp.float32),
-                     "layers": {n.split("/", 1)[1]: jnp.asarray(z[n], jnp.float32)
+        trainable = {"fc": np.asarray(z["fc"], np.float32),
+                     "final_norm": np.asarray(z["final_norm"], np.float32),
+                     "layers": {n.split("/", 1)[1]: np.asarray(z[n], np.float32)
                                 for n in z.files if n.startswith("layers/")}}
         head_ids = np.asarray(z["head_ids"], np.int32) if "head_ids" in z.files else None
     return trainable, head_ids, meta
