@@ -762,7 +762,7 @@ def write_human_texts(path: str) -> int:
     return len(rows)
 
 
-CHUNK_TEXTS = 4096
+CHUNK_TEXTS = 16384
 """Texts read, scored and written at a time: a large input is streamed, never held in memory whole."""
 
 
