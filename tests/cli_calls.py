@@ -18,3 +18,13 @@ def run_tool(tool, args, secret: str, stdin=None) -> tuple:
 def lines(text: str) -> list:
     """The JSON objects of a JSONL output (blank lines skipped)."""
     return [json.loads(x) for x in text.splitlines() if x.strip()]
+
+
+def secret_file_flag(directory, secret: str) -> str:
+    """``--secret_file=PATH`` of a new owner-only key file holding ``secret`` in ``directory``."""
+    import os
+
+    path = directory / "secret.txt"
+    path.write_text(secret + "\n")
+    os.chmod(path, 0o600)
+    return f"--secret_file={path}"

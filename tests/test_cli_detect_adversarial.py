@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.cli_calls import lines, run_tool
+from tests.cli_calls import lines, run_tool, secret_file_flag
 from wmspec_jax import keys, prf
 from wmspec_jax.cli import detect as cli_detect
 
@@ -30,10 +30,7 @@ def call(args, stdin=None):
 
 @pytest.fixture(scope="module")
 def key(tmp_path_factory):
-    path = tmp_path_factory.mktemp("key") / "secret.txt"
-    path.write_text(SECRET + "\n")
-    os.chmod(path, 0o600)
-    return f"--secret_file={path}"
+    return secret_file_flag(tmp_path_factory.mktemp("key"), SECRET)
 
 
 def jsonl(path, rows):

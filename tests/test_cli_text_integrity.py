@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.cli_calls import lines, run_tool
+from tests.cli_calls import lines, run_tool, secret_file_flag
 from wmspec_jax import keys
 from wmspec_jax.cli import detect as cli_detect
 from wmspec_jax.cli import texts as cli_texts
@@ -42,10 +42,7 @@ def call(args, stdin=None):
 
 @pytest.fixture(scope="module")
 def key(tmp_path_factory):
-    path = tmp_path_factory.mktemp("key") / "secret.txt"
-    path.write_text(SECRET + "\n")
-    os.chmod(path, 0o600)
-    return f"--secret_file={path}"
+    return secret_file_flag(tmp_path_factory.mktemp("key"), SECRET)
 
 
 @pytest.fixture(scope="module")
