@@ -68,8 +68,11 @@ that no text uses (every text one chain or recorded) is said on stderr.
 **Which detector** (``--detector``, a comma-separated list of registry names
 or saved detector files; the first is the primary): ``auto`` is the best
 key-only detector of the decoder (:data:`wmspec_jax.detect.DEFAULTS`:
-Ars-Prior with ``--draft_fraction`` for Gumbel-max, the mean g-value of both
-streams for SynthID). The detection experiment saves fitted ones (Ars-τ with
+Ars-Prior with ``--draft_fraction`` for Gumbel-max, its coins keyed by the
+watermark key and the text, the mean g-value of both streams for SynthID):
+every default verdict is a deterministic function of key, tokens and
+settings, so resubmitting a text (or an invisible variant of it) cannot
+re-draw it. The detection experiment saves fitted ones (Ars-τ with
 its fitted τ, the soft detector, the Bayesian SynthID detectors) under
 ``<output_dir>/detectors/``; a saved detector refuses statistics of another
 secret or other settings (its provenance). ``--windowed`` adds the best
