@@ -6,6 +6,7 @@ line, or a warning that says which keys were used."""
 
 import importlib.util
 import json
+import math
 import os
 
 import pytest
@@ -211,14 +212,14 @@ def test_a_verdict_cannot_be_re_rolled_by_resubmitting_whitespace_variants(tmp_p
     humans = [t for t in data.builtin_questions().human_texts if len(t) >= 120][:200]
     humans += [e.human for e in data.builtin_openings().examples if len(e.human) >= 120][:200 - len(humans)]
     assert len(humans) == 200
-    rows = [{"id": f"{i}/{j}", "text": (w + t if w in ("\ufeff",) else t + w)}
+    rows = [{"id": f"{i}/{j}", "text": w + t if w == "\ufeff" else t + w}
             for i, t in enumerate(humans) for j, w in enumerate(WHITESPACE)]
     rc, stdout, err = call([write_jsonl(tmp_path / "variants.jsonl", rows), key, "--min_tokens=1"])
     assert rc == 0, err
     res = lines(stdout)
     log_p = [[res[i * len(WHITESPACE) + j]["log_pvalue"] for j in range(len(WHITESPACE))] for i in range(200)]
     assert all(len(set(row)) == 1 for row in log_p), [row for row in log_p if len(set(row)) > 1][:2]
-    hits = sum(min(row) <= __import__("math").log(0.01) for row in log_p)
+    hits = sum(min(row) <= math.log(0.01) for row in log_p)
     print(f"\n200 human texts x {len(WHITESPACE)} variants: {hits} with some p <= 0.01")
     assert hits <= 12
     rc, _, err = call([write_jsonl(tmp_path / "one.jsonl", rows[:1]), key, "--seed=3"])

@@ -152,9 +152,9 @@ def iter_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
                 yield from _jsonl_lines(itertools.chain(head, lines), where, field, skipped)
             elif unit == "line":
                 for number, line in itertools.chain(head, lines):
-                    for piece in line.splitlines() or [""]:  # a line may hold other Unicode line breaks
-                        if normalize_text(piece):
-                            yield InputText(normalize_text(piece), f"{where}:{number}", {})
+                    for piece in map(normalize_text, line.splitlines()):  # other Unicode line breaks too
+                        if piece:
+                            yield InputText(piece, f"{where}:{number}", {})
             else:
                 text = "".join(line for _, line in itertools.chain(head, lines))
                 yield InputText(normalize_text(text), where, {})
