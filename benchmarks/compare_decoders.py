@@ -72,7 +72,8 @@ def _pvalues(decoder, res, keys, draft_decoder=None):
     if decoder.family == decoders.SYNTHID:
         return {"synthid-mean": np.asarray(detect.make("synthid-mean", st.provenance).score(st).pvalue)}
     if decoder.family == decoders.KGW:
-        return {"kgw-green": np.asarray(detect.make("kgw-green", st.provenance, gamma=decoder.gamma).score(st).pvalue)}
+        return {"kgw-green": np.asarray(detect.make("kgw-green", st.provenance, gamma=decoder.gamma,
+                                                             vocab_size=FLAGS.vocab_size).score(st).pvalue)}
     return {"ars-tau": np.asarray(detect.score_ars_tau(st, 0.5).pvalue),
             "ars-prior": np.asarray(detect.score_ars_prior(st, 0.5).pvalue),
             "single": np.asarray(detect.score_single(st).pvalue),

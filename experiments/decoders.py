@@ -89,7 +89,8 @@ def pvalues(decoder: decoders.WatermarkDecoder, texts: list, text_keys, vocab_si
 
     tokens, lengths = pad(texts)
     stats = detect.statistics(decoder, tokens, text_keys, vocab_size=vocab_size, lengths=lengths)
-    options = {decoders.KGW: {"gamma": decoder.gamma}, decoders.GUMBEL: {"draft_fraction": draft_fraction}}
+    options = {decoders.KGW: {"gamma": decoder.gamma, "vocab_size": vocab_size},
+               decoders.GUMBEL: {"draft_fraction": draft_fraction}}
     detector = detect.make(detect.DEFAULTS[decoder.family], stats.provenance, **options.get(decoder.family, {}))
     return {n: np.asarray(detector.score(detect.truncate(stats, n)).pvalue, np.float64) for n in num_tokens}
 

@@ -61,7 +61,7 @@ def test_generate_writes_what_detection_needs_and_resumes(generated, secret_file
     r = recs[0]
     assert r["decoder"] == "gumbel" and r["method"] == "pseudorandom" and r["context_width"] == 4
     assert r["key_fingerprint"] == keys.Secret(SECRET).fingerprint and r["key_derivation"] == keys.DIRECT
-    assert r["prf_version"] == "wmspec-prf-v1" and r["watermarked"] is True
+    assert r["prf_version"] == "wmspec-prf-v2" and r["watermarked"] is True
     assert all(x["num_tokens"] == len(x["tokens"]) for x in recs)
     assert all(len(x["tokens"]) <= NEW_TOKENS and x["text"] for x in recs)
     # the built-in pair stops at its end-of-turn token

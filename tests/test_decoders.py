@@ -250,12 +250,18 @@ def test_inverse_transform_follows_p_for_every_permutation():
     assert one_hot.tolist() == [0.0, 1.0, 0.0, 0.0]  # π = identity: F = (0.5, 0.8, ...) holds 0.6 in token 1
 
 
+def private_uniforms(n, seed=5):
+    """The true-random uniforms a generation loop gives a private-randomness decoder's draws."""
+    return jnp.asarray(np.random.default_rng(seed).random(n, dtype=np.float32))
+
+
 @pytest.mark.parametrize("decoder", [INVERSE, DIPMARK, GAMMA], ids=lambda d: d.name)
 def test_keyed_tokens_follow_p(seeds, decoder):
-    """The generation path (one hash per candidate, π from the token lane, u from the position lane):
-    token frequencies over 100k contexts are P, with zero-probability tokens never emitted."""
+    """The generation path (one hash per candidate, π from the scheme's lane, u from the position lane or,
+    for DiPmark, the private uniform): token frequencies over 100k contexts are P, with zero-probability
+    tokens never emitted."""
     p = np.append(P6, 0.0).astype(np.float32)
-    tok = np.asarray(decoder.watermark_index(jnp.broadcast_to(p, (N, p.size)), None, seeds))
+    tok = np.asarray(decoder.watermark_index(jnp.broadcast_to(p, (N, p.size)), None, seeds, private_uniforms(N)))
     assert (tok != p.size - 1).all()
     stats.assert_counts_match(np.bincount(tok, minlength=p.size)[:-1], P6, f"{decoder.label} tokens")
 
@@ -265,20 +271,54 @@ def test_candidates_and_the_whole_vocabulary_give_the_same_token(seeds, decoder)
     """With candidate ids (top-k) π is the order of the candidates' own hashes: the same token as the
     dense path on the same distribution."""
     p = np.array([0.0, 0.4, 0.0, 0.35, 0.25, 0.0], np.float32)
-    dense = decoder.watermark_index(jnp.broadcast_to(p, (2000, 6)), None, seeds[:2000])
+    u = private_uniforms(2000)
+    dense = decoder.watermark_index(jnp.broadcast_to(p, (2000, 6)), None, seeds[:2000], u)
     ids = np.array([3, 1, 4], np.int32)
     sparse = decoder.watermark_index(jnp.broadcast_to(p[ids], (2000, 3)), jnp.broadcast_to(ids, (2000, 3)),
-                                     seeds[:2000])
+                                     seeds[:2000], u)
     assert np.array_equal(ids[np.asarray(sparse)], np.asarray(dense))
 
 
+def dipmark_reference(p, order_hashes, alpha, u):
+    """Wu et al. (2024)'s DiPmark written out in float64 for one position: π sorts the tokens by their
+    keyed hash, the π-ordered CDF F is reweighted to g(F) = max(F − α, 0) + max(F − (1 − α), 0), and the
+    token is drawn from the reweighted distribution by inverse CDF at the private uniform u."""
+    perm = np.argsort(order_hashes, kind="stable")
+    cdf = np.cumsum(np.asarray(p, np.float64)[perm])
+    g = np.maximum(cdf - alpha, 0.0) + np.maximum(cdf - (1.0 - alpha), 0.0)
+    mass = np.diff(np.concatenate([[0.0], g]))
+    return int(perm[np.searchsorted(np.cumsum(mass), u * mass.sum(), side="right")])
+
+
 def test_keyed_permutation_decoders_are_pinned_by_golden_vectors():
+    """Inverse transform's tokens are pinned; DiPmark's equal the published rule written out in NumPy at
+    every (context, private uniform) and depend on the private uniform (not degenerate), and both read
+    lanes of their own (PRF v2), not Gumbel-max's token lane."""
+    from wmspec_jax import prf_numpy as pn
+
     p = np.array([0.3, 0.05, 0.2, 0.15, 0.1, 0.12, 0.08], np.float32)
-    seeds = prf.context_seeds(prf.stream_keys(b"wmspec-golden")[prf.Stream.TARGET], np.arange(48).reshape(12, 4))
+    gold = np.arange(48).reshape(12, 4)
+    seeds = prf.context_seeds(prf.stream_keys(b"wmspec-golden")[prf.Stream.TARGET], gold)
     weights = jnp.broadcast_to(p, (12, 7))
-    assert np.asarray(INVERSE.watermark_index(weights, None, seeds)).tolist() == [1, 0, 4, 4, 0, 3, 5, 0, 2, 0, 5, 2]
+    inverse = np.asarray(INVERSE.watermark_index(weights, None, seeds)).tolist()
+    assert inverse == [2, 3, 0, 2, 2, 1, 6, 0, 4, 5, 4, 2]
+    # Kuditipudi et al.'s rule written out: the π-ordered CDF's interval that holds u
+    order = pn.hash_values(np.asarray(seeds)[:, None, :], np.arange(7), prf.Lane.INVERSE_ORDER)
+    u = pn.position_uniforms(np.asarray(seeds)).astype(np.float64)
+    assert inverse == [dipmark_reference(p, order[i], 0.0, u[i]) for i in range(12)]  # α = 0: no reweighting
     dip = decoders.WatermarkDecoder("dipmark", alpha=0.45)
-    assert np.asarray(dip.watermark_index(weights, None, seeds)).tolist() == [5, 0, 3, 2, 6, 3, 5, 1, 6, 5, 5, 5]
+    hashes = pn.hash_values(np.asarray(seeds)[:, None, :], np.arange(7), prf.Lane.DIPMARK_ORDER)
+    tokens = {}
+    for u in (0.0517, 0.3791, 0.9413):  # off every boundary of these two-decimal CDFs
+        got = np.asarray(dip.watermark_index(weights, None, seeds, jnp.full(12, u, jnp.float32))).tolist()
+        assert got == [dipmark_reference(p, hashes[i], 0.45, u) for i in range(12)], u
+        tokens[u] = got
+    assert tokens[0.0517] != tokens[0.9413]  # the private uniform moves the token
+    with pytest.raises(ValueError, match="private randomness"):
+        dip.watermark_index(weights, None, seeds)
+    # the order is not Gumbel-max's: its token lane's order gives other tokens
+    v1 = pn.hash_values(np.asarray(seeds)[:, None, :], np.arange(7), prf.Lane.TOKEN_UNIFORM)
+    assert [dipmark_reference(p, v1[i], 0.45, 0.3791) for i in range(12)] != tokens[0.3791]
 
 
 def test_trade_off_zeta_and_generation_agree(seeds):
@@ -325,22 +365,33 @@ def test_permutation_decoders_settings_and_names():
 KGW = decoders.WatermarkDecoder("kgw", gamma=0.25, delta=2.0)
 
 
-def test_kgw_biases_green_logits_and_is_pinned_by_a_golden_vector(seeds):
+def test_kgw_biases_a_fixed_size_green_list_and_is_pinned_by_a_golden_vector(seeds):
+    """Exactly ⌊γV⌋ green tokens per position (transformers' ``int(V * greenlist_ratio)``), + δ on their raw
+    logits, nothing at repeated contexts; the list is the first ⌊γV⌋ places of the keyed permutation, and
+    over contexts every token is green with probability ⌊γV⌋ / V."""
     p = np.array([0.3, 0.05, 0.2, 0.15, 0.1, 0.12, 0.08], np.float32)
     gold = prf.context_seeds(prf.stream_keys(b"wmspec-golden")[prf.Stream.TARGET], np.arange(48).reshape(12, 4))
     z = jnp.log(jnp.broadcast_to(p, (12, 7)))
-    biased = KGW.bias(z, None, gold, jnp.ones(12, bool))
-    green = np.asarray(decoders.kgw_green(prf.vocab_uniforms(gold, 7), KGW.gamma))
-    assert green.sum(1).tolist() == [1, 2, 0, 1, 0, 3, 2, 2, 1, 3, 0, 1]
+    biased = KGW.bias(z, gold, jnp.ones(12, bool))
+    ranks = np.asarray(prf.vocab_keyed_permutation(gold, 7))
+    green = ranks < 1  # ⌊0.25 · 7⌋ = 1
+    assert green.sum(1).tolist() == [1] * 12
+    assert np.argmax(green, 1).tolist() == [2, 5, 4, 3, 0, 2, 4, 1, 2, 5, 1, 2]
     assert np.allclose(np.asarray(biased - z), 2.0 * green)  # + δ on exactly the green tokens
-    assert np.array_equal(np.asarray(KGW.bias(z, None, gold, jnp.zeros(12, bool))), np.asarray(z))  # repeated
-    tok = KGW.watermark_index(jax.nn.softmax(biased, axis=-1), None, gold)
-    assert np.asarray(tok).tolist() == [0, 3, 4, 2, 0, 6, 5, 2, 3, 2, 5, 3]
-    # the public function is the same distribution, and over 100k keys its green fraction is γ
-    dense = decoders.kgw(np.broadcast_to(p, (12, 7)), prf.vocab_uniforms(gold, 7), KGW.gamma, KGW.delta)
+    assert np.array_equal(np.asarray(KGW.bias(z, gold, jnp.zeros(12, bool))), np.asarray(z))  # repeated
+    # the bias comes before temperature: at T = 2 the green tokens' odds grow by e^(δ/2)
+    tempered = decoders.process_logits(biased, 2.0)
+    plain = decoders.process_logits(z, 2.0)
+    odds = np.asarray((tempered - plain) - (tempered - plain)[:, :1])
+    assert np.allclose(odds, (green.astype(np.float32) - green[:, :1]) * 1.0, atol=1e-5)
+    # the public function is the same distribution at T = 1
+    dense = decoders.kgw(np.broadcast_to(p, (12, 7)), ranks, KGW.gamma, KGW.delta)
     assert np.allclose(np.asarray(dense), np.asarray(jax.nn.softmax(biased, axis=-1)), atol=1e-6)
-    g = np.asarray(decoders.kgw_green(prf.vocab_uniforms(seeds, 7), KGW.gamma))
-    stats.assert_mean_close(g.ravel().astype(np.float64), KGW.gamma, "KGW green fraction")
+    with pytest.raises(ValueError, match="private randomness"):
+        KGW.watermark_index(jax.nn.softmax(biased, axis=-1), None, gold)
+    g = np.asarray(prf.first_in_permutation(seeds[:20_000], 10, decoders.green_list_size(0.35, 10)))
+    assert g.sum(1).tolist() == [3] * 20_000
+    stats.assert_counts_match(g.sum(0), np.full(10, 0.1), "KGW green token over contexts")
 
 
 def test_kgw_settings_and_names():
@@ -353,5 +404,10 @@ def test_kgw_settings_and_names():
             decoders.WatermarkDecoder("kgw", **bad)
     with pytest.raises(ValueError, match="biased"):
         KGW.vocab_zeta(prf.context_seeds(prf.stream_keys(b"x")[0], np.zeros((2, 1))), 5)
-    with pytest.raises(ValueError, match="uniforms shape"):
-        decoders.kgw(P6, np.zeros(3, np.float32), 0.25, 2.0)
+    with pytest.raises(ValueError, match="ranks shape"):
+        decoders.kgw(P6, np.zeros(3, np.int32), 0.25, 2.0)
+    with pytest.raises(ValueError, match="permutation"):
+        decoders.kgw(P6, np.zeros(6, np.int32), 0.25, 2.0)
+    with pytest.raises(ValueError, match="between 1 and V − 1"):
+        decoders.green_list_size(0.1, 5)
+    assert decoders.green_list_size(0.25, 49152) == 12288 and decoders.green_list_size(0.5, 7) == 3

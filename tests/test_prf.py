@@ -28,8 +28,56 @@ GOLDEN = {
 
 
 def test_version_is_public():
-    assert prf.PRF_VERSION == "wmspec-prf-v1"
+    assert prf.PRF_VERSION == "wmspec-prf-v2" and prf.PRF_VERSIONS == ("wmspec-prf-v1", "wmspec-prf-v2")
     assert prf.DEFAULT_CONTEXT_WIDTH == 4
+    # v2 left the key words and Gumbel-max's and SynthID's values as they were (GOLDEN is v1's)
+    assert prf.same_construction("gumbel", "wmspec-prf-v1") == prf.PRF_VERSION
+    assert prf.same_construction("kgw", "wmspec-prf-v1") == "wmspec-prf-v1"
+    with pytest.raises(ValueError, match="wmspec-prf-v0"):
+        prf.check_prf_version("wmspec-prf-v0")
+
+
+# Pinned v2 values: KGW's keyed permutation of a 1000-token vocabulary at the golden draft seeds.
+GOLDEN_PERMUTATION_FIRST8 = [[907, 835, 582, 726, 699, 985, 300, 31], [703, 682, 529, 244, 678, 657, 990, 367],
+                             [47, 880, 922, 265, 905, 267, 564, 629]]
+
+
+def test_keyed_permutation_is_a_pinned_bijection_of_every_vocabulary_size():
+    seeds = pn.context_seeds(prf.stream_keys(GOLDEN_KEY)[prf.Stream.DRAFT], GOLDEN_CONTEXTS)
+    perm = np.asarray(prf.keyed_permutation(jnp.asarray(seeds)[:, None, :], jnp.arange(1000), 1000))
+    assert perm[:, :8].tolist() == GOLDEN_PERMUTATION_FIRST8
+    assert np.array_equal(perm, pn.keyed_permutation(seeds[:, None, :], np.arange(1000), 1000))
+    assert np.array_equal(perm, np.asarray(prf.vocab_keyed_permutation(jnp.asarray(seeds), 1000)))
+    for v, k in ((2, 1), (5, 4), (1025, 256)):  # 1025: one past the block size of the one-token form
+        p = np.asarray(prf.keyed_permutation(jnp.asarray(seeds)[:, None, :], jnp.arange(v), v))
+        assert all(sorted(row) == list(range(v)) for row in p.tolist()), v
+        assert np.array_equal(p, np.asarray(prf.vocab_keyed_permutation(jnp.asarray(seeds), v)))
+        # the green-list form: exactly the first k places
+        assert np.array_equal(np.asarray(prf.first_in_permutation(jnp.asarray(seeds), v, k)), p < k), (v, k)
+    # one token's place needs the whole vocabulary's hashes but returns one value per token
+    one = prf.keyed_permutation(jnp.asarray(seeds), jnp.asarray([17, 999, 3]), 1000)
+    assert np.asarray(one).tolist() == perm[np.arange(3), [17, 999, 3]].tolist()
+
+
+def test_keyed_permutation_places_tokens_uniformly(random_contexts):
+    """Over contexts, the places (π(3), π(7)) in a vocabulary of 10 are uniform over the 90 ordered pairs
+    (chi-square), so a green list of k tokens is uniform over the k-subsets."""
+    seeds = prf.context_seeds(prf.stream_keys(b"perm")[prf.Stream.TARGET], random_contexts)
+    places = np.asarray(prf.keyed_permutation(seeds[:, None, :], jnp.asarray([3, 7]), 10))
+    assert (places[:, 0] != places[:, 1]).all()
+    pairs = np.bincount(places[:, 0] * 10 + places[:, 1], minlength=100)
+    stats.assert_counts_match(pairs[np.arange(100) // 10 != np.arange(100) % 10], np.full(90, 1 / 90),
+                              "(π(3), π(7))")
+
+
+def test_lanes_never_collide_below_a_hundred_million_tokens():
+    """value(token, lane) hashes token * A + lane * B: distinct (token, lane) pairs give distinct inputs
+    for every vocabulary below 1.3e8, so the schemes' lanes are separate streams."""
+    a_inv = pow(prf._MUL_TOKEN, -1, 2**32)
+    lanes = sorted({int(x) for x in prf.Lane} | {prf.Lane.GBITS + b for b in range(8)})
+    gaps = [min(d, 2**32 - d) for i in lanes for j in lanes if i < j
+            for d in [((j - i) * prf._MUL_LANE * a_inv) % 2**32]]
+    assert min(gaps) > 1.3e8
 
 
 def test_golden_vectors_numpy_and_jax_bit_exact():

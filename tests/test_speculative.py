@@ -148,14 +148,16 @@ KGW = decoders.WatermarkDecoder("kgw", gamma=0.4, delta=1.5)
 
 
 def kgw_table(table, gamma, delta):
-    """E over green lists (each token green w.p. γ, independently) of KGW's biased transition: float64[V, V]."""
+    """E over green lists (uniform among the ⌊γV⌋-subsets of the vocabulary) of KGW's biased transition:
+    float64[V, V]."""
     table = np.asarray(table, np.float64)
+    size = table.shape[1]
+    subsets = list(itertools.combinations(range(size), decoders.green_list_size(gamma, size)))
     out = np.zeros_like(table)
-    for green in itertools.product((0, 1), repeat=table.shape[1]):
-        g = np.asarray(green)
-        weight = np.prod(np.where(g == 1, gamma, 1.0 - gamma))
+    for subset in subsets:
+        g = np.isin(np.arange(size), subset).astype(np.float64)
         biased = table * np.exp(delta * g)[None]
-        out += weight * biased / biased.sum(1, keepdims=True)
+        out += biased / biased.sum(1, keepdims=True) / len(subsets)
     return out
 
 
@@ -171,6 +173,17 @@ def test_kgw_has_its_own_law_under_every_method(method, k):
     stats.assert_counts_match(counts, expected, f"KGW/{method}")
     with pytest.raises(AssertionError, match="chi2"):  # and it is not P's law
         stats.assert_counts_match(counts, toy.sequence_probs(P_TAB, PROMPT[-1], 3), "KGW vs P")
+
+
+def test_dipmark_draws_with_private_randomness_under_every_watermarking_method():
+    """DiPmark samples its reweighted distribution with private randomness, as Wu et al. publish it: one
+    secret with two true-randomness keys gives different texts (the inverse transform, a point mass, gives
+    the same ones under Alg. 1, where the acceptance is pseudorandom too)."""
+    for method, k in (("basic", 0), ("pseudorandom", 2)):
+        a, b = (generated(run(method, k, DIPMARK, n=400, rng=jax.random.key(s)), 3) for s in (0, 1))
+        assert (a != b).any(axis=1).mean() > 0.2, method
+    a, b = (generated(run("pseudorandom", 2, INVERSE, n=400, rng=jax.random.key(s)), 3) for s in (0, 1))
+    assert np.array_equal(a, b)
 
 
 def test_a_draft_decoder_needs_a_watermarked_draft():

@@ -59,13 +59,18 @@ from wmspec_jax.prf_keys import (  # noqa: F401  (re-exported: the construction'
     MAX_CONTEXT_WIDTH,
     NUM_GBITS_PER_HASH,
     NUM_STREAMS,
+    PRF_V1,
     PRF_VERSION,
+    PRF_VERSIONS,
+    UNCHANGED_SINCE_V1,
     KeyLike,
     Lane,
     Stream,
     WatermarkKey,
     _key_bytes,
     check_context_width,
+    check_prf_version,
+    same_construction,
     stream_keys,
 )
 
@@ -216,6 +221,82 @@ def vocab_gbits(seeds: jax.Array, vocab_size: int, num_layers: int) -> jax.Array
     tokens = jnp.arange(vocab_size, dtype=jnp.uint32)
     bits = token_gbits(seeds[..., None, :], tokens, num_layers)  # [..., V, m]
     return jnp.swapaxes(bits, -1, -2)
+
+
+def order_lane(statistic: str, version: str = PRF_VERSION) -> int:
+    """The lane whose per-token hashes order a keyed permutation scheme's π (``"inverse_transform"`` or
+    ``"dipmark"``): its own lane in v2, Gumbel-max's token lane in v1 (:data:`PRF_VERSION`)."""
+    if check_prf_version(version) == PRF_V1:
+        return int(Lane.TOKEN_UNIFORM)
+    return int({"inverse_transform": Lane.INVERSE_ORDER, "dipmark": Lane.DIPMARK_ORDER}[statistic])
+
+
+_RANK_BLOCK = 1024  # vocabulary tokens compared per step when one token's place is computed
+
+
+def keyed_permutation(seeds: jax.Array, tokens: jax.Array, vocab_size: int) -> jax.Array:
+    """π(w): KGW's keyed permutation of the vocabulary at a position, evaluated at given tokens (v2).
+
+    The vocabulary sorted by the tokens' hashes in lane ``KGW_ORDER`` (ties by token id): π(w) is w's
+    place, #{v : (hash(v), v) < (hash(w), w)} — a uniformly random permutation up to 32-bit hash ties
+    (probability about V² / 2^33 per position). KGW's green list of size k is {w : π(w) < k}, exactly
+    k tokens. One token's place costs V hashes (as transformers' detector computes a whole green list
+    per token), in blocks of 1,024 tokens so memory stays O(tokens · 1,024).
+
+    Args:
+      seeds: uint32[..., 2] the position's seeds (:func:`context_seeds`), broadcast against ``tokens``.
+      tokens: int[...] token ids in [0, V).
+      vocab_size: V >= 1 (static).
+
+    Returns:
+      int32[...] π(w) in [0, V).
+    """
+    seeds = _u32(seeds)
+    shape = jnp.broadcast_shapes(jnp.shape(tokens), seeds.shape[:-1])
+    w = jnp.broadcast_to(jnp.asarray(tokens).astype(jnp.int32), shape)
+    own = hash_values(seeds, w, Lane.KGW_ORDER)
+    blocks = -(-int(vocab_size) // _RANK_BLOCK)
+
+    def body(b, count):
+        v = b * _RANK_BLOCK + jnp.arange(_RANK_BLOCK, dtype=jnp.int32)
+        hv = hash_values(seeds[..., None, :], v, Lane.KGW_ORDER)
+        before = (hv < own[..., None]) | ((hv == own[..., None]) & (v < w[..., None]))
+        return count + jnp.sum(before & (v < vocab_size), axis=-1, dtype=jnp.int32)
+
+    return jax.lax.fori_loop(0, blocks, body, jnp.zeros(shape, jnp.int32))
+
+
+def first_in_permutation(seeds: jax.Array, vocab_size: int, count: int) -> jax.Array:
+    """The tokens w with π(w) < ``count`` (:func:`keyed_permutation`) over the whole vocabulary:
+    bool[..., V], exactly ``count`` True per position.
+
+    The count-th smallest hash T is found by bisection over the 32-bit values (32 passes of one
+    comparison per token, no sort); tokens hashing below T are in, and of those hashing to T the
+    lowest ids fill the rest.
+    """
+    hv = hash_values(_u32(seeds)[..., None, :], jnp.arange(vocab_size, dtype=jnp.uint32), Lane.KGW_ORDER)
+    need = jnp.int32(count)
+
+    def bisect(_, bounds):
+        lo, hi = bounds
+        mid = lo + (hi - lo) // _u32(2)
+        enough = jnp.sum(hv <= mid[..., None], axis=-1, dtype=jnp.int32) >= need
+        return jnp.where(enough, lo, mid + _u32(1)), jnp.where(enough, mid, hi)
+
+    start = (jnp.zeros(hv.shape[:-1], jnp.uint32), jnp.full(hv.shape[:-1], 0xFFFFFFFF, jnp.uint32))
+    threshold = jax.lax.fori_loop(0, 32, bisect, start)[0][..., None]
+    below = hv < threshold
+    tied = hv == threshold
+    room = need - jnp.sum(below, axis=-1, keepdims=True, dtype=jnp.int32)
+    return below | (tied & (jnp.cumsum(tied, axis=-1, dtype=jnp.int32) <= room))
+
+
+def vocab_keyed_permutation(seeds: jax.Array, vocab_size: int) -> jax.Array:
+    """π over the whole vocabulary (:func:`keyed_permutation` at every token, by one sort): int32[..., V]."""
+    hv = hash_values(_u32(seeds)[..., None, :], jnp.arange(vocab_size, dtype=jnp.uint32), Lane.KGW_ORDER)
+    order = jnp.argsort(hv, axis=-1, stable=True)  # by hash, ties by token id
+    places = jnp.broadcast_to(jnp.arange(vocab_size, dtype=jnp.int32), order.shape)
+    return jnp.put_along_axis(jnp.zeros(order.shape, jnp.int32), order, places, axis=-1, inplace=False)
 
 
 def _check_layers(num_layers: int) -> None:

@@ -16,9 +16,41 @@ from typing import Sequence, Union
 
 import numpy as np
 
-PRF_VERSION = "wmspec-prf-v1"
+PRF_VERSION = "wmspec-prf-v2"
 """Identifier of the bit-exact construction. Any change to the functions in
-this module must bump it; detectors record it so old text stays detectable."""
+this module must bump it; detectors record it so old text stays detectable.
+
+v2 (domain separation per scheme): the inverse transform's and DiPmark's keyed permutations and KGW's
+green list each read lanes of their own (:class:`Lane`), where v1 ordered both permutations and drew
+KGW's (random-size) list from Gumbel-max's token lane, so that under one secret a detector of one
+scheme "detected" another's texts. Everything else is unchanged: Gumbel-max and SynthID values, the
+acceptance uniforms and the key derivation are bit for bit v1's, and v1 texts of those decoders are v2
+texts (:func:`same_construction`)."""
+
+PRF_V1 = "wmspec-prf-v1"
+PRF_VERSIONS = (PRF_V1, PRF_VERSION)
+"""Versions whose texts this package scores (a record names its version; :func:`check_prf_version`)."""
+
+_KEY_HASH_VERSION = PRF_V1
+"""The version string hashed into the stream key words (:class:`WatermarkKey`): v1's, so that a
+secret gives the same words in every version."""
+
+UNCHANGED_SINCE_V1 = ("gumbel", "synthid")
+"""Statistics (``WatermarkDecoder.statistic``) whose values v2 left as they were in v1."""
+
+
+def check_prf_version(version) -> str:
+    """``version`` if this package scores texts of it (:data:`PRF_VERSIONS`), else ValueError."""
+    if version not in PRF_VERSIONS:
+        raise ValueError(f"PRF version {version!r} is not one this package implements ({', '.join(PRF_VERSIONS)})")
+    return version
+
+
+def same_construction(statistic: str, version: str) -> str:
+    """The version that names ``statistic``'s values under ``version``: the current one for the
+    statistics v2 left unchanged (:data:`UNCHANGED_SINCE_V1`), ``version`` otherwise."""
+    check_prf_version(version)
+    return PRF_VERSION if statistic in UNCHANGED_SINCE_V1 else version
 
 DEFAULT_CONTEXT_WIDTH = 4
 """Default number h of previous tokens that key each position's ζ."""
@@ -49,9 +81,12 @@ NUM_STREAMS = len(Stream)
 class Lane(enum.IntEnum):
     """Domain separation of the values drawn for one (stream, context)."""
 
-    TOKEN_UNIFORM = 0  # Gumbel-max uniforms U_w, one per token
+    TOKEN_UNIFORM = 0  # Gumbel-max uniforms U_w, one per token (v1: also the permutations' order and KGW)
     POSITION_UNIFORM = 1  # one uniform per position (acceptance / sampler)
     SEARCH = 2  # detection only: the randomisation of SynthID's search over sibling streams
+    INVERSE_ORDER = 3  # v2: the inverse transform's permutation order, one hash per token
+    DIPMARK_ORDER = 4  # v2: DiPmark's permutation order, one hash per token
+    KGW_ORDER = 8  # v2: KGW's keyed permutation of the vocabulary, one hash per token
     GBITS = 16  # SynthID g-values: lane GBITS + b holds layers 32b..32b+31
 
 
@@ -66,7 +101,8 @@ class WatermarkKey:
     """A secret watermark key; derives one 64-bit key per :class:`Stream`.
 
     Accepts ``bytes``, ``str`` (UTF-8) or a non-negative ``int``. The key is
-    hashed with SHA-256 together with :data:`PRF_VERSION` and a type tag (so
+    hashed with SHA-256 together with the version string ``"wmspec-prf-v1"``
+    (:data:`_KEY_HASH_VERSION`: every version derives the same words) and a type tag (so
     ``1``, ``"1"`` and ``b"1"`` are different keys). ``repr``/``str`` never
     show key material; nothing in the package writes it to results.
     """
@@ -78,7 +114,7 @@ class WatermarkKey:
             self._digest = key._digest
             return
         self._digest = hashlib.sha256(
-            PRF_VERSION.encode() + b"\x00" + _key_bytes(key)
+            _KEY_HASH_VERSION.encode() + b"\x00" + _key_bytes(key)
         ).digest()
 
     def stream_keys(self) -> np.ndarray:

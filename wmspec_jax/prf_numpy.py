@@ -68,3 +68,14 @@ def token_gbits(seeds, tokens, num_layers):
         n = min(prf.NUM_GBITS_PER_HASH, num_layers - b * prf.NUM_GBITS_PER_HASH)
         blocks.append(((v[..., None] >> np.arange(n, dtype=_U)) & _U(1)).astype(np.uint8))
     return np.concatenate(blocks, axis=-1)
+
+
+def keyed_permutation(seeds, tokens, vocab_size):
+    seeds = np.asarray(seeds, dtype=_U)
+    w = np.broadcast_to(np.asarray(tokens).astype(np.int64),
+                        np.broadcast_shapes(np.shape(tokens), seeds.shape[:-1]))
+    own = hash_values(seeds, w, prf.Lane.KGW_ORDER)
+    v = np.arange(int(vocab_size))
+    hv = hash_values(seeds[..., None, :], v, prf.Lane.KGW_ORDER)
+    before = (hv < own[..., None]) | ((hv == own[..., None]) & (v < w[..., None]))
+    return before.sum(axis=-1).astype(np.int32)

@@ -130,10 +130,10 @@ def position_seeds(keys: jax.Array, stream: int, tokens: jax.Array, positions: j
 
 
 def watermark_index(decoder: decoders.WatermarkDecoder, weights: jax.Array, ids: Optional[jax.Array],
-                    seeds: jax.Array) -> jax.Array:
-    """A candidate drawn from S(P, ζ) as a deterministic function of ζ: int32[B]
-    (:meth:`wmspec_jax.decoders.WatermarkDecoder.watermark_index`)."""
-    return decoder.watermark_index(weights, ids, seeds)
+                    seeds: jax.Array, uniform: Optional[jax.Array] = None) -> jax.Array:
+    """A candidate drawn from S(P, ζ): int32[B], a function of ζ alone except for decoders that sample
+    with private randomness (``uniform``; :meth:`wmspec_jax.decoders.WatermarkDecoder.watermark_index`)."""
+    return decoder.watermark_index(weights, ids, seeds, uniform)
 
 
 def draw(decoder: decoders.WatermarkDecoder, weights: jax.Array, ids: Optional[jax.Array],
@@ -144,7 +144,8 @@ def draw(decoder: decoders.WatermarkDecoder, weights: jax.Array, ids: Optional[j
       weights: float32[B, C]; ids: int32[B, C] or None (see :func:`watermark_index`).
       seeds: uint32[B, 2] of the watermark stream, or None when the method
         never watermarks this draw (then nothing is hashed).
-      uniform: float32[B] true-random uniform for the plain inverse-CDF draw.
+      uniform: float32[B] true-random uniform for the plain inverse-CDF draw (and the private draw of a
+        decoder that samples its watermarked distribution with private randomness).
       use_watermark: bool[B] rows that draw from the watermark stream (new
         context, watermarking choice); None with ``seeds=None``.
 
@@ -156,7 +157,7 @@ def draw(decoder: decoders.WatermarkDecoder, weights: jax.Array, ids: Optional[j
     plain = decoders.inverse_cdf(weights, uniform)
     if seeds is None:
         return plain, jnp.zeros(plain.shape, bool)
-    index = jnp.where(use_watermark, watermark_index(decoder, weights, ids, seeds), plain)
+    index = jnp.where(use_watermark, watermark_index(decoder, weights, ids, seeds, uniform), plain)
     return index, use_watermark & ~candidates.is_one_hot(weights)
 
 
@@ -168,6 +169,8 @@ def sample(decoder: decoders.WatermarkDecoder, probs: jax.Array, seeds: jax.Arra
     return index
 
 
-def watermarked_token(decoder: decoders.WatermarkDecoder, probs: jax.Array, seeds: jax.Array) -> jax.Array:
-    """A token drawn from S(P, ζ) over the whole vocabulary (probs float32[B, V]): int32[B]."""
-    return watermark_index(decoder, jnp.asarray(probs, jnp.float32), None, seeds)
+def watermarked_token(decoder: decoders.WatermarkDecoder, probs: jax.Array, seeds: jax.Array,
+                      uniform: Optional[jax.Array] = None) -> jax.Array:
+    """A token drawn from S(P, ζ) over the whole vocabulary (probs float32[B, V]): int32[B] (``uniform``:
+    the private uniform of a decoder that samples with private randomness)."""
+    return watermark_index(decoder, jnp.asarray(probs, jnp.float32), None, seeds, uniform)

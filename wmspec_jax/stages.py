@@ -204,16 +204,16 @@ def _seeds(st: Static, inputs: Inputs, stream: int, tokens, positions) -> jax.Ar
     return sampling.position_seeds(inputs.keys, stream, tokens, positions, st.context_width)
 
 
-def _biased(st: Static, inputs: Inputs, c: Candidates, tokens, positions, fresh) -> Candidates:
-    """A biased decoder's distribution at ``positions`` (int32[B], or int32[B, T] for c of [B, T, C]):
-    the target stream's green list at each position, applied where the context is new. Draft and target
-    share it, so speculative sampling between the biased Q and P emits the biased P's law, as the
-    decoder alone does (``docs/decoders.md``)."""
+def _biased(st: Static, inputs: Inputs, logits: jax.Array, tokens, positions, fresh) -> jax.Array:
+    """A biased decoder's raw logits at ``positions`` (int32[B] for logits [B, V], or int32[B, T] for
+    [B, T, V]), before temperature and top-k: the target stream's green list at each position, applied
+    where the context is new. Draft and target share it, so speculative sampling between the biased Q
+    and P emits the biased P's law, as the decoder alone does (``docs/decoders.md``)."""
     def seeds_at(pos):
         return _seeds(st, inputs, prf.Stream.TARGET, tokens, pos)
 
     seeds = seeds_at(positions) if positions.ndim == 1 else jax.vmap(seeds_at, 1, 1)(positions)
-    return candidates.with_logits(c, st.decoder.bias(c.z, c.ids, seeds, fresh))
+    return st.decoder.bias(logits, seeds, fresh)
 
 
 # ---------------------------------------------------------------------------
@@ -240,11 +240,11 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
     per_pos = []
     for s in range(k):  # K is small and static: unrolled
         pos = n + s
-        q, bad = st.process(logits)
-        nonfinite = nonfinite | bad
         fresh = _is_new_context(st, tokens, pos, inputs) if need_fresh else jnp.zeros(n.shape, bool)
         if st.biases:
-            q = _biased(st, inputs, q, tokens, pos, fresh)
+            logits = _biased(st, inputs, logits, tokens, pos, fresh)
+        q, bad = st.process(logits)
+        nonfinite = nonfinite | bad
         weights = candidates.probs(q)
         seeds = _seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
         index, watermarked = sampling.draw(
@@ -283,11 +283,12 @@ def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.
     else:
         logits, hidden, cache = model.step_hidden(inputs.target_params, cache, window, num)
         features = row_update(features, n, hidden.astype(features.dtype))
-    p, bad = st.process(logits)
+    biased = logits
     if st.biases:
         positions = n[:, None] + jnp.arange(k + 1, dtype=n.dtype)[None]
         fresh = jax.vmap(lambda pos: _is_new_context(st, tokens, pos, inputs), 1, 1)(positions)
-        p = _biased(st, inputs, p, tokens, positions, fresh)
+        biased = _biased(st, inputs, logits, tokens, positions, fresh)
+    p, bad = st.process(biased)
     return p, cache, jnp.any(bad, axis=1), logits, features
 
 

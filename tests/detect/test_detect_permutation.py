@@ -138,7 +138,7 @@ def test_kgw_green_count_is_exact_conservative_and_detects_alg1_texts(gumbel_neg
     for run in gumbel_negs:
         rec = det.records_from_generation(run.result)
         st = det.statistics(KGW, rec.tokens, run.keys, lengths=rec.lengths, starts=rec.starts, vocab_size=c.VOCAB)
-        p.append(np.asarray(det.make("kgw-green", st.provenance).score(st).pvalue))
+        p.append(np.asarray(det.make("kgw-green", st.provenance, vocab_size=c.VOCAB).score(st).pvalue))
     p = np.concatenate(p)
     for x in (0.01, 0.05, 0.2, 0.5):
         assert sstats.binom.sf(int((p <= x).sum()) - 1, p.size, x) > stats.ALPHA, f"P(p <= {x}) above {x}"
@@ -147,8 +147,48 @@ def test_kgw_green_count_is_exact_conservative_and_detects_alg1_texts(gumbel_neg
     st = det.statistics(KGW, rec.tokens, run.keys, lengths=rec.lengths, starts=rec.starts, vocab_size=c.VOCAB)
     assert st.provenance.decoder == "kgw"
     # measured: 0.97 of 2000 Alg. 1 texts of 32 tokens at p <= 0.01
-    assert np.mean(np.asarray(det.make("kgw-green", st.provenance).score(st).pvalue) <= ALPHA) > 0.8
+    assert np.mean(np.asarray(det.make("kgw-green", st.provenance, vocab_size=c.VOCAB).score(st).pvalue) <= ALPHA) > 0.8
+    with pytest.raises(ValueError, match="needs vocab_size"):
+        det.make("kgw-green", st.provenance).score(st)
     with pytest.raises(ValueError, match="gumbel detector; the statistics are kgw"):
         det.make("ars-prior", st.provenance)
+    for bare in (det.score_single, lambda s: det.score_ars_prior(s, 0.5), lambda s: det.score_ars_tau(s, 0.5)):
+        with pytest.raises(det.ProvenanceMismatch, match="kgw statistics"):  # the bare functions check too
+            bare(st)
     with pytest.raises(ValueError, match="draft stream under a KGW"):
         det.statistics(KGW, rec.tokens, run.keys, draft_decoder=decoders.gumbel(), vocab_size=c.VOCAB)
+
+
+def test_one_secret_gives_each_scheme_a_stream_of_its_own(gumbel_pos):
+    """PRF v2's domain separation: under the very keys that generated them, 2000 Alg. 1 Gumbel-max texts
+    scored as KGW, inverse-transform or DiPmark texts, and 2000 Alg. 1 texts of each of those scored by
+    Gumbel-max's default detector, flag at the nominal rate (binomial band at α = 0.01). Under PRF v1,
+    where DiPmark's permutation read Gumbel-max's token lane, the same Gumbel-max texts are "detected"
+    as DiPmark texts."""
+    run = gumbel_pos[1]
+    rec = det.records_from_generation(run.result)
+    common = dict(lengths=rec.lengths, starts=rec.starts, vocab_size=c.VOCAB)
+    kgw_stats = det.statistics(KGW, rec.tokens, run.keys, **common)
+    p = np.asarray(det.make("kgw-green", kgw_stats.provenance, vocab_size=c.VOCAB).score(kgw_stats).pvalue)
+    assert stats_binomial_at_most(p, "KGW's count on Gumbel-max texts")
+    for decoder in (INVERSE, DIPMARK):
+        p = scores(det.statistics(decoder, rec.tokens, run.keys, **common))["ars_prior"]
+        stats.assert_binomial_rate(int((p <= ALPHA).sum()), p.size, ALPHA, f"{decoder.name} on Gumbel-max texts")
+    v1 = det.statistics(DIPMARK, rec.tokens, run.keys, prf_version=prf.PRF_V1, **common)
+    assert v1.provenance.prf_version == prf.PRF_V1
+    assert np.mean(scores(v1)["ars_prior"] <= ALPHA) > 0.5
+    for decoder, tag in ((KGW, "cross-kgw"), (INVERSE, "cross-inverse"), (DIPMARK, "cross-dipmark")):
+        other = c.generate("pseudorandom", decoder, TEMPERATURE, NEW, tag, 31)
+        rec = det.records_from_generation(other.result)
+        st = det.statistics(decoders.gumbel(), rec.tokens, other.keys, lengths=rec.lengths, starts=rec.starts,
+                            vocab_size=c.VOCAB)
+        p = scores(st)["ars_prior"]
+        stats.assert_binomial_rate(int((p <= ALPHA).sum()), p.size, ALPHA, f"Gumbel-max on {decoder.name} texts")
+
+
+def stats_binomial_at_most(p, what) -> bool:
+    """The discrete binomial p-values' rate at α is at most α (one-sided binomial test)."""
+    from scipy import stats as sstats
+
+    assert sstats.binom.sf(int((p <= ALPHA).sum()) - 1, p.size, ALPHA) > stats.ALPHA, what
+    return True

@@ -41,7 +41,7 @@ def test_every_key_only_name_builds_a_detector_that_scores(stats, by_family):
     for name in det.registry.names(buildable=True):
         e = det.registry.entry(name)
         st = by_family[e.decoder]
-        d = det.make(name, st.provenance)
+        d = det.make(name, st.provenance, **({"vocab_size": V} if "vocab_size" in e.options else {}))
         assert isinstance(d, det.Detector) and d.decoder == e.decoder and det.registry.name_of(d) == name
         sc = d.score(st, source=src)
         assert sc.score.shape == (5,) and (np.asarray(sc.num_scored) > 0).all()
@@ -87,7 +87,8 @@ def test_every_kind_saves_and_loads_as_its_typed_object(tmp_path, stats, by_fami
     data = det.make_dataset(det.take(ss, [0, 1, 2]), det.take(ss, [3, 4]))
     bayes, _ = det.train_bayes(det.BayesConfig("mlp", 4, mlp_hidden=(4, 4)), data, data,
                                det.TrainConfig(epochs=2, batch_size=5, l2_grid=(0.0,)))
-    objects = [det.make(n, by_family[det.registry.entry(n).decoder].provenance)
+    objects = [det.make(n, by_family[det.registry.entry(n).decoder].provenance,
+                        **({"vocab_size": V} if "vocab_size" in det.registry.entry(n).options else {}))
                for n in det.registry.names(buildable=True)]
     objects += [det.fit_ars_tau(gs), det.fit_soft(gs, src), det.fit_soft(gs, src).with_oracle(), bayes]
     assert {d.kind for d in objects} == set(det.registry.CLASSES)

@@ -141,9 +141,10 @@ def define_flags(fv: flags.FlagValues) -> None:
                         flag_values=fv)
     flags.DEFINE_integer("index", 0, "with --run: the text index of the first input text", lower_bound=0,
                          flag_values=fv)
-    flags.DEFINE_enum("decoder", "gumbel", list(DECODERS), "the generator's watermark decoder", flag_values=fv)
+    flags.DEFINE_string("decoder", "gumbel", f"the generator's watermark decoder: {', '.join(DECODERS)}, or a "
+                        "scheme registered with wmspec_jax.decoders.register", flag_values=fv)
     flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
-    flags.DEFINE_enum("draft_decoder", None, list(DECODERS), "the generator's draft-stream decoder when it differs "
+    flags.DEFINE_string("draft_decoder", None, "the generator's draft-stream decoder when it differs "
                       "from --decoder", flag_values=fv)
     flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
                          lower_bound=1, flag_values=fv)
@@ -175,6 +176,14 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "when stdout is a terminal)", flag_values=fv)
     flags.DEFINE_bool("timing", False, "print tokenisation / scoring time and tokens/s to stderr", flag_values=fv)
     flags.DEFINE_integer("batch_size", 1024, "texts per scoring batch", lower_bound=1, flag_values=fv)
+    flags.DEFINE_string("scheme_config", None, "score another engine's watermark: a JSON file of vLLM's "
+                        "--watermark-config or transformers' WatermarkingConfig / SynthIDTextWatermarkingConfig "
+                        "(to_dict()); it holds that engine's key, keep it as secret as --secret_file. The token "
+                        "ids (a line's tokens, or --tokenizer's) must be the generated tokens alone",
+                        flag_values=fv)
+    flags.DEFINE_integer("model_vocab_size", None, "with --scheme_config: the generating model's vocabulary size "
+                         "(its config's vocab_size, which KGW's green lists depend on) when it differs from the "
+                         "tokenizer's", lower_bound=2, flag_values=fv)
     flags.DEFINE_bool("ignore_provenance", False, "score lines whose recorded key fingerprint, PRF version or "
                       "settings conflict with the secret and the flags (the flags and the secret win)",
                       flag_values=fv)
@@ -208,6 +217,7 @@ class Item:
     candidate: Optional[list] = None
     sibling_weights: Optional[list] = None
     result: Optional[dict] = None
+    prf_version: str = prf.PRF_VERSION
 
     @property
     def derivation(self) -> str:
@@ -216,7 +226,7 @@ class Item:
     @property
     def group(self) -> tuple:
         return (self.decoder, self.num_layers, self.context_width, self.derivation, self.draft_fraction,
-                self.draft_decoder, self.kgw_gamma, self.siblings, self.candidate is not None)
+                self.draft_decoder, self.kgw_gamma, self.siblings, self.candidate is not None, self.prf_version)
 
 
 def _record_int(record: dict, name: str, where: str, low: int, high: int) -> Optional[int]:
@@ -244,12 +254,13 @@ def _settings_of(fv, record: dict, where: str, defaults: dict) -> tuple:
     def statistic(name):  # what detection recomputes: synthid_limit scores as synthid, any α as dipmark
         return None if name is None else decoders.WatermarkDecoder.from_name(name).statistic
 
+    known = decoders.names()
     dec = record.get("decoder")
-    if dec is not None and dec not in DECODERS:
-        raise InputError(f"{where}: field 'decoder' must be one of {DECODERS}, got {str(dec)[:40]!r}")
+    if dec is not None and dec not in known:
+        raise InputError(f"{where}: field 'decoder' must be one of {known}, got {str(dec)[:40]!r}")
     draft = record.get("draft_decoder")
-    if draft is not None and draft not in DECODERS:
-        raise InputError(f"{where}: field 'draft_decoder' must be one of {DECODERS}, got {str(draft)[:40]!r}")
+    if draft is not None and draft not in known:
+        raise InputError(f"{where}: field 'draft_decoder' must be one of {known}, got {str(draft)[:40]!r}")
     recorded = {"decoder": statistic(dec), "draft_decoder": statistic(draft),
                 "synthid_layers": _record_int(record, "synthid_layers", where, 1, decoders.MAX_SYNTHID_LAYERS + 1),
                 "context_width": _record_int(record, "context_width", where, 1, prf.MAX_CONTEXT_WIDTH + 1)}
@@ -323,8 +334,15 @@ def _check_provenance(fv, record: dict, where: str, secret) -> None:
     if fp is not None and fp != secret.fingerprint:
         _conflict(fv, where, "key fingerprint", fp, f"the given secret's is {secret.fingerprint}")
     version = record.get("prf_version")
-    if version is not None and version != prf.PRF_VERSION:
-        _conflict(fv, where, "PRF version", version, f"this package implements {prf.PRF_VERSION}")
+    if version is not None and version not in prf.PRF_VERSIONS:
+        _conflict(fv, where, "PRF version", version, f"this package implements {', '.join(prf.PRF_VERSIONS)}")
+
+
+def _prf_version_of(record: dict) -> str:
+    """The PRF version a line names (texts of every version this package implements are scored with
+    theirs), else the current one."""
+    version = record.get("prf_version")
+    return version if version in prf.PRF_VERSIONS else prf.PRF_VERSION
 
 
 def _key_of(fv, record: dict, where: str, number: int, assumed_direct: Optional[list] = None) -> tuple:
@@ -463,7 +481,7 @@ def parse_detectors(items: Sequence[str]) -> list:
 
 
 def _build(fv, spec: DetectorSpec, decoder: str, provenance, draft_fraction: Optional[float] = None,
-           kgw_gamma: Optional[float] = None):
+           kgw_gamma: Optional[float] = None, vocab: Optional[int] = None):
     """The detector object of ``spec`` for statistics of ``decoder`` (None: it does not apply)."""
     from wmspec_jax import detect
 
@@ -482,6 +500,8 @@ def _build(fv, spec: DetectorSpec, decoder: str, provenance, draft_fraction: Opt
             options["gamma"] = fv.kgw_gamma
         elif kgw_gamma is not None:
             options["gamma"] = kgw_gamma
+    if "vocab_size" in entry.options:
+        options["vocab_size"] = vocab
     if "draft_fraction" in entry.options:
         if fv.draft_fraction is not None:
             options["draft_fraction"] = fv.draft_fraction
@@ -553,13 +573,13 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     from wmspec_jax import decoders, detect
     from wmspec_jax.detect.provenance import Provenance
 
-    decoder, m, h, derivation, draft_fraction, draft_decoder, kgw_gamma, siblings, recorded = items[0].group
-    settings = Provenance(decoder, m, h, draft_decoder=draft_decoder, siblings=siblings)
+    decoder, m, h, derivation, draft_fraction, draft_decoder, kgw_gamma, siblings, recorded, version = items[0].group
+    settings = Provenance(decoder, m, h, version, draft_decoder=draft_decoder, siblings=siblings)
     weights = _search_weights(fv, siblings, items[0].where) if siblings > 1 and not recorded else None
     for it in items:
         it.sibling_weights = weights
     detectors = [(spec, d) for spec in specs
-                 if (d := _build(fv, spec, decoder, settings, draft_fraction, kgw_gamma)) is not None]
+                 if (d := _build(fv, spec, decoder, settings, draft_fraction, kgw_gamma, vocab)) is not None]
     if not detectors:
         usable = [n for n in detect.registry.names(settings.family, buildable=True) if not detect.registry.entry(n).needs_source]
         raise InputError(f"no --detector applies to {decoder} texts ({items[0].where}, ...): add one of "
@@ -568,7 +588,8 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
     for it in items:
         if len(it.ids) <= h:  # no position has a full context: nothing to score
             it.result = _empty_result(fv, detectors, it,
-                                      _statistics_provenance(secret, it, decoder, m, h, draft_decoder, siblings))
+                                      _statistics_provenance(secret, it, decoder, m, h, draft_decoder, siblings,
+                                                             version))
     order = sorted(scorable, key=lambda it: len(it.ids))
     for start in range(0, len(order), fv.batch_size):
         chunk = order[start:start + fv.batch_size]
@@ -585,6 +606,7 @@ def _score_group(fv, secret, items: Sequence[Item], specs, vocab: int) -> None:
                 candidate[row, : len(it.ids)] = it.candidate
         key = _stream_keys(secret, rows)
         extra = {"siblings": siblings} if siblings > 1 else {}
+        extra["prf_version"] = version
         if recorded:  # each token's own sibling stream, as the line records it
             extra["candidate"] = candidate
         elif siblings > 1:
@@ -624,10 +646,11 @@ def _search_weights(fv, siblings: int, where: str) -> list:
     return list(streams.resolved_sibling_weights(given, siblings))
 
 
-def _statistics_provenance(secret, it: Item, decoder, m, h, draft_decoder=None, siblings: int = 1):
+def _statistics_provenance(secret, it: Item, decoder, m, h, draft_decoder=None, siblings: int = 1,
+                           version: str = prf.PRF_VERSION):
     from wmspec_jax.detect.provenance import Provenance
 
-    return Provenance(decoder, m, h, prf.PRF_VERSION, secret.fingerprint, it.derivation, draft_decoder, siblings)
+    return Provenance(decoder, m, h, version, secret.fingerprint, it.derivation, draft_decoder, siblings)
 
 
 def _empty_result(fv, detectors, it: Item, provenance) -> dict:
@@ -699,6 +722,12 @@ def _check_flags(fv) -> None:
     """The float flags absl's bounds let through (NaN compares false to every bound)."""
     if not (math.isfinite(fv.alpha) and 0.0 < fv.alpha <= 1.0):
         raise InputError(f"--alpha must be a number in (0, 1], got {fv.alpha}")
+    if fv.scheme_config is None:
+        from wmspec_jax import decoders
+
+        for flag in ("decoder", "draft_decoder"):
+            if fv[flag].value is not None and fv[flag].value not in decoders.names():
+                raise InputError(f"--{flag}={fv[flag].value}: unknown decoder; known: {', '.join(decoders.names())}")
     if fv.tau is not None and not (math.isfinite(fv.tau) and 0.0 <= fv.tau <= 1.0):
         raise InputError(f"--tau must be a number in [0, 1], got {fv.tau}")
     if fv.kgw_gamma is not None and not (math.isfinite(fv.kgw_gamma) and 0.0 < fv.kgw_gamma < 1.0):
@@ -780,6 +809,7 @@ class ScoringRun:
     tokenizer: object
     vocab: int
     stderr: object
+    foreign: object = None
     texts: int = 0
     tokens: int = 0
     searched: int = 0
@@ -790,7 +820,14 @@ class ScoringRun:
 def _start(fv, paths: Sequence[str], stderr, stdin=None) -> ScoringRun:
     """Everything checked and loaded before the first text is read."""
     _check_flags(fv)
-    check_output(fv.output, list(fv.input) + list(paths), stdin=stdin)
+    check_output(fv.output, list(fv.input) + list(paths) + [p for p in [fv.scheme_config] if p], stdin=stdin)
+    if fv.scheme_config is not None:  # another engine's watermark: its file holds the key
+        from wmspec_jax.interop import foreign
+
+        scheme = foreign.load(fv.scheme_config)
+        tokenizer = load_tokenizer(fv.tokenizer)
+        vocab = vocab_size(tokenizer) if fv.model_vocab_size is None else fv.model_vocab_size
+        return ScoringRun(fv, None, [], {}, tokenizer, vocab, stderr, foreign=scheme)
     secret = _secret(fv, stderr)
     specs = parse_detectors(fv.detector)
     loaded = [s.loaded for s in specs if s.loaded is not None]
@@ -851,6 +888,8 @@ def _score_chunk(scoring: ScoringRun, inputs: Sequence, first_number: int) -> li
             ids[i] = enc["input_ids"][j]
             if fv.windowed and enc.get("offset_mapping") is not None:
                 offsets[i] = enc["offset_mapping"][j]
+    if scoring.foreign is not None:
+        return _score_foreign(scoring, inputs, ids, t0)
     items = []
     for k, (x, toks) in enumerate(zip(inputs, ids)):
         number = first_number + k
@@ -861,7 +900,8 @@ def _score_chunk(scoring: ScoringRun, inputs: Sequence, first_number: int) -> li
                           _draft_fraction_of(fv, x.record, x.where), draft, _kgw_gamma_of(fv, x.record, x.where),
                           _siblings_of(fv, x.record, x.where, scoring.defaults["siblings"]),
                           None if fv["siblings"].present else  # --siblings: search the streams
-                          _recorded_candidate(x.record, x.where, list(toks), recorded[k])))
+                          _recorded_candidate(x.record, x.where, list(toks), recorded[k]),
+                          prf_version=_prf_version_of(x.record)))
     t1 = time.perf_counter()
     groups: dict = {}
     for it in items:
@@ -875,6 +915,41 @@ def _score_chunk(scoring: ScoringRun, inputs: Sequence, first_number: int) -> li
     scoring.tokens += sum(len(it.ids) for it in items)
     scoring.searched += sum(it.sibling_weights is not None for it in items)
     return [it.result for it in items]
+
+
+def _score_foreign(scoring: ScoringRun, inputs: Sequence, ids: list, t0: float) -> list:
+    """Result lines of texts scored with another engine's watermark (``--scheme_config``)."""
+    fv, scheme = scoring.fv, scoring.foreign
+    t1 = time.perf_counter()
+    eos = getattr(scoring.tokenizer, "eos_token_id", None)
+    out = scheme.score([list(t) for t in ids], scoring.vocab, eos)
+    lines = []
+    detector = {"name": scheme.name, "statistic": scheme.statistic, "key_fingerprint": scheme.fingerprint}
+    for x, toks, score, n, log_p in zip(inputs, ids, out.score, out.num_scored, out.log_pvalue):
+        n, log_p = int(n), float(log_p)
+        short = n < fv.min_tokens
+        line = {"input": x.where}
+        if "id" in x.record:
+            line["id"] = x.record["id"]
+        recorded = x.record.get("scheme")
+        if isinstance(recorded, dict) and recorded.get("name") not in (None, scheme.name):
+            _conflict(fv, x.where, "scheme", recorded.get("name"), f"--scheme_config is {scheme.name}")
+        line.update(num_tokens=len(toks), detector=detector, num_scored=n,
+                    verdict=_verdict(True, n, log_p, float(score), fv),
+                    score=None if short else _float(score),
+                    log_pvalue=None if short else max(log_p, -745.0),
+                    pvalue=None if short else math.exp(log_p),
+                    log10_pvalue=None if short else max(log_p, -745.0) / math.log(10),
+                    scheme=scheme.record())
+        if not short and log_p < -745.0:
+            line["pvalue_underflow"] = True  # below float64's smallest: reported as its log bound
+        lines.append(line)
+    t2 = time.perf_counter()
+    scoring.seconds["tokenize"] += t1 - t0
+    scoring.seconds["score"] += t2 - t1
+    scoring.texts += len(lines)
+    scoring.tokens += sum(len(t) for t in ids)
+    return lines
 
 
 def iter_results(fv, paths: Sequence[str], stdin=None, stderr=None, run_out: Optional[list] = None):

@@ -105,15 +105,17 @@ def define_flags(fv: flags.FlagValues) -> None:
                         "(its depth is K; instead of --num_drafts)", flag_values=fv)
     flags.DEFINE_bool("distinct_drafts", False, "draw the siblings of a node without replacement "
                       "(--num_drafts / --draft_tree)", flag_values=fv)
-    flags.DEFINE_enum("decoder", "gumbel", list(cli_flags.DECODER_NAMES), "watermark decoder (gamma_reweight: "
-                      "DiPmark with alpha 1/2)", flag_values=fv)
+    flags.DEFINE_string("decoder", "gumbel", f"watermark decoder: {', '.join(cli_flags.DECODER_NAMES)} "
+                        "(gamma_reweight: DiPmark with alpha 1/2), or a scheme registered with "
+                        "wmspec_jax.decoders.register", flag_values=fv)
+    flags.DEFINE_list("decoder_option", [], "settings of a registered scheme beyond the flags below, as "
+                      "name=value (values read as JSON, else as text)", flag_values=fv)
     flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
     flags.DEFINE_float("dipmark_alpha", 0.45, "DiPmark's alpha in [0, 1/2] (--decoder=dipmark)", flag_values=fv)
     flags.DEFINE_float("kgw_gamma", 0.25, "KGW's green fraction gamma in (0, 1) (--decoder=kgw)", flag_values=fv)
     flags.DEFINE_float("kgw_delta", 2.0, "KGW's logit bias delta in [0, 64] (--decoder=kgw)", flag_values=fv)
-    flags.DEFINE_enum("draft_decoder", None, list(cli_flags.DECODER_NAMES), "the draft stream's decoder when it "
-                      "differs from --decoder (hu, dathathri, pseudorandom; m and alpha from the same flags)",
-                      flag_values=fv)
+    flags.DEFINE_string("draft_decoder", None, "the draft stream's decoder when it differs from --decoder (hu, "
+                        "dathathri, pseudorandom; its settings from the same flags)", flag_values=fv)
     flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
                          lower_bound=1, flag_values=fv)
     flags.DEFINE_float("temperature", 1.0, "sampling temperature of P and Q", lower_bound=0.0, flag_values=fv)
@@ -154,20 +156,44 @@ def _secret(fv, stderr) -> Optional[keys.Secret]:
         raise InputError(str(e)) from None
 
 
-def _decoder(fv):
+def _decoder_options(fv) -> dict:
+    """``--decoder_option`` as {name: value}: JSON values (numbers, true/false, null, strings in quotes),
+    else the text itself."""
+    out = {}
+    for item in fv.decoder_option:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise InputError(f"--decoder_option takes name=value, got {item[:40]!r}")
+        try:
+            out[name.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            out[name.strip()] = text
+    return out
+
+
+def _named_decoder(fv, name: str, flag: str):
+    """The scheme ``name`` built from the settings flags; InputError naming the flags on a bad setting."""
     from wmspec_jax import decoders
 
-    return decoders.WatermarkDecoder.from_name(fv.decoder, fv.synthid_layers, fv.dipmark_alpha, fv.kgw_gamma,
-                                               fv.kgw_delta)
+    if name not in decoders.names():
+        raise InputError(f"--{flag}={name}: unknown decoder; known: {', '.join(decoders.names())}")
+    try:
+        return decoders.make(name, fv.synthid_layers, fv.dipmark_alpha, fv.kgw_gamma, fv.kgw_delta,
+                             _decoder_options(fv))
+    except (TypeError, ValueError) as e:
+        flags_ = ", ".join("--decoder_option" if f == "decoder_options" else f"--{f}"
+                           for f in decoders.scheme_class(name).record_fields)
+        raise InputError(f"--{flag}={name}: {e}" + (f" (its settings: {flags_})" if flags_ else "")) from None
+
+
+def _decoder(fv):
+    return _named_decoder(fv, fv.decoder, "decoder")
 
 
 def _draft_decoder(fv):
-    from wmspec_jax import decoders
-
     if fv.draft_decoder is None:
         return None
-    return decoders.WatermarkDecoder.from_name(fv.draft_decoder, fv.synthid_layers, fv.dipmark_alpha, fv.kgw_gamma,
-                                               fv.kgw_delta)
+    return _named_decoder(fv, fv.draft_decoder, "draft_decoder")
 
 
 def _draft_shape(fv) -> dict:
@@ -259,13 +285,15 @@ def _watermark_record(fv, config) -> dict:
 
 def _settings_record(fv, pair, secret, config) -> dict:
     """The settings every output line carries (a resumed run must keep them)."""
-    return {"method": fv.method, "lookahead": config.lookahead, "decoder": fv.decoder,
-            "synthid_layers": config.decoder.num_layers or None,
-            "dipmark_alpha": next((d.alpha for d in (config.decoder, config.draft_stream_decoder)
-                                   if d.kind == "dipmark"), None),
+    from wmspec_jax import decoders
+
+    scheme = dict.fromkeys(decoders.SETTINGS_FIELDS)
+    for d in (config.draft_stream_decoder, config.decoder):  # the target's settings win a shared field
+        scheme.update(d.settings())
+    if scheme["decoder_options"] is None:
+        del scheme["decoder_options"]  # only schemes beyond the built-in ones have options
+    return {"method": fv.method, "lookahead": config.lookahead, "decoder": fv.decoder, **scheme,
             "draft_decoder": None if config.draft_decoder is None else fv.draft_decoder,
-            "kgw_gamma": config.decoder.gamma if config.decoder.kind == "kgw" else None,
-            "kgw_delta": config.decoder.delta if config.decoder.kind == "kgw" else None,
             "context_width": fv.context_width, "temperature": fv.temperature, "top_k": fv.top_k or None,
             "draft_tree": None if config.draft_tree is None else list(config.draft_tree),
             "distinct_drafts": config.distinct_drafts if config.draft_tree is not None else None,
@@ -313,19 +341,11 @@ def _check_sizes(fv, num_texts: int) -> None:
                          f"{speculative.MAX_LOOKAHEAD}: a step drafts K tokens one forward at a time")
     if fv.draft_decoder is not None and not method.watermark_draft:
         raise InputError(f"--draft_decoder: --method={fv.method} draws no watermarked draft token")
-    if "dipmark" in (fv.decoder, fv.draft_decoder) and not 0.0 <= fv.dipmark_alpha <= 0.5:
-        raise InputError(f"--dipmark_alpha={fv.dipmark_alpha} must lie in [0, 1/2]")
-    if "kgw" in (fv.decoder, fv.draft_decoder):
-        if fv.draft_decoder not in (None, fv.decoder):
-            raise InputError("--decoder=kgw / --draft_decoder: KGW's green list is the target stream's for every "
-                             "token; it takes no other decoder for the draft")
-        if not (0.0 < fv.kgw_gamma < 1.0 and 0.0 <= fv.kgw_delta <= 64.0):
-            raise InputError(f"--kgw_gamma={fv.kgw_gamma} must lie in (0, 1) and --kgw_delta={fv.kgw_delta} in "
-                             "[0, 64]")
-    try:
-        _decoder(fv)
-    except ValueError:
-        raise InputError(f"--synthid_layers={fv.synthid_layers} exceeds {decoders.MAX_SYNTHID_LAYERS}") from None
+    decoder, draft = _decoder(fv), _draft_decoder(fv)
+    if (decoder.target_stream_statistic or (draft is not None and draft.target_stream_statistic)) \
+            and draft not in (None, decoder):
+        raise InputError(f"--decoder={fv.decoder} / --draft_decoder={fv.draft_decoder}: one stream, the target's, "
+                         "keys every token of that scheme; it takes no other decoder for the draft")
     if fv.context_width > prf.MAX_CONTEXT_WIDTH:
         raise InputError(f"--context_width={fv.context_width} exceeds {prf.MAX_CONTEXT_WIDTH}")
     if fv.first_index + num_texts > MAX_INDEX:

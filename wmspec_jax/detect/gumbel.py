@@ -54,7 +54,7 @@ from wmspec_jax.sampling import text_rngs  # noqa: F401  (detect.text_rngs; no d
 from wmspec_jax.detect import pvalues
 from wmspec_jax.detect.common import (Detector, Scores, TokenTerms, check_unit, config_provenance, fitted_provenance,
                                       ignored_rng)
-from wmspec_jax.detect.provenance import Provenance, check_compatible
+from wmspec_jax.detect.provenance import Provenance, ProvenanceMismatch, check_compatible
 from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, arrays_only, check_source, check_statistics
 
 TAU_GRID = np.linspace(0.0, 1.0, 101)
@@ -64,7 +64,14 @@ y^D), are included)."""
 
 
 def _check_stats(stats) -> GumbelStats:
-    return check_statistics(stats, GumbelStats)
+    """Gumbel-family statistics (one uniform per token and stream); statistics whose provenance names
+    another family (KGW's places in its permutation) are refused, also by the bare ``score_*`` functions."""
+    stats = check_statistics(stats, GumbelStats)
+    prov = stats.provenance
+    if prov is not None and prov.family != "gumbel":
+        raise ProvenanceMismatch(f"these are {prov.decoder} statistics, scored by the {prov.family} detectors "
+                                 "(wmspec_jax.detect.registry.DEFAULTS), not by a Gumbel-max detector")
+    return stats
 
 
 # ---------------------------------------------------------------------------

@@ -24,12 +24,13 @@ from typing import Any, Mapping, Optional, Sequence
 
 import jax
 
-from wmspec_jax import prf
+from wmspec_jax import decoders, prf
 from wmspec_jax.decoders import STATISTICS, WatermarkDecoder
 
 DECODERS = STATISTICS
-"""What :attr:`Provenance.decoder` may hold: the per-token statistic of the generator's decoder
-(:attr:`wmspec_jax.decoders.WatermarkDecoder.statistic`)."""
+"""What :attr:`Provenance.decoder` may hold for the built-in schemes: the per-token statistic of the
+generator's decoder (:attr:`wmspec_jax.decoders.WatermarkDecoder.statistic`); a registered scheme's
+statistic too (:func:`wmspec_jax.decoders.statistics`)."""
 
 
 class ProvenanceMismatch(ValueError):
@@ -45,7 +46,9 @@ class Provenance:
         ``"inverse_transform"`` or ``"dipmark"`` (:data:`DECODERS`).
       num_layers: SynthID's m (0 for the others).
       context_width: h.
-      prf_version: :data:`wmspec_jax.prf.PRF_VERSION` of the hash.
+      prf_version: the PRF version of the hash (:data:`wmspec_jax.prf.PRF_VERSIONS`). Statistics whose
+        values no version changed (Gumbel-max's, SynthID's: :data:`wmspec_jax.prf.UNCHANGED_SINCE_V1`)
+        are stored under the current version, so a detector saved under v1 scores v2 statistics.
       key_fingerprint: :attr:`wmspec_jax.keys.Secret.fingerprint` of the
         secret, or None if unknown.
       key_derivation: ``"wmspec-keys-v1"`` (per-text keys), ``"direct"`` (the
@@ -68,11 +71,14 @@ class Provenance:
     siblings: int = 1
 
     def __post_init__(self):
-        if self.decoder not in DECODERS:
-            raise ValueError(f"provenance decoder must be one of {DECODERS}, got {self.decoder!r}")
+        if self.decoder not in decoders.statistics():
+            raise ValueError(f"provenance decoder must be one of {decoders.statistics()}, got {self.decoder!r}")
+        prf.check_prf_version(self.prf_version)
+        if all(d in prf.UNCHANGED_SINCE_V1 for d in (self.decoder, self.draft_decoder or self.decoder)):
+            object.__setattr__(self, "prf_version", prf.PRF_VERSION)
         if self.draft_decoder == self.decoder:
             object.__setattr__(self, "draft_decoder", None)
-        if self.draft_decoder is not None and (self.draft_decoder not in DECODERS or WatermarkDecoder.from_name(
+        if self.draft_decoder is not None and (self.draft_decoder not in decoders.statistics() or WatermarkDecoder.from_name(
                 self.draft_decoder).family != self.family):
             raise ValueError(f"provenance draft_decoder must be a statistic of the decoder's family, got "
                              f"{self.draft_decoder!r} with {self.decoder!r}")

@@ -106,9 +106,10 @@ def _entries():
         Entry("bayes-oracle", s, "Bayesian Oracle; trained (saved detector), needs generation records",
               needs_source=True, paper="App. D"),
         Entry("bayes-single", s, "single-stream Bayesian detector; trained (saved detector)", paper="App. D"),
-        Entry("kgw-green", "kgw", "KGW's green-token count (target stream's green list), exact binomial p-value; "
-              "gamma from --kgw_gamma, else the line's kgw_gamma, else 0.25",
-              lambda prov, gamma=0.25: _module("kgw").GreenCount(prov, gamma), {"gamma": 0.25}),
+        Entry("kgw-green", "kgw", "KGW's green-token count (target stream's green list of ⌊γV⌋ tokens), exact "
+              "binomial p-value; gamma from --kgw_gamma, else the line's kgw_gamma, else 0.25; vocab_size: V",
+              lambda prov, gamma=0.25, vocab_size=None: _module("kgw").GreenCount(prov, gamma, vocab_size),
+              {"gamma": 0.25, "vocab_size": None}),
     ]
 
 

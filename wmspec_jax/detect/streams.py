@@ -8,14 +8,17 @@ module recomputes
 * Gumbel-max: y^D_t, y^T_t — the draft-stream and target-stream uniforms
   U_{w_t} of the emitted token w_t (Eq. 2) — and the acceptance uniform u_t
   of the ACCEPT stream (Alg. 1 line 6);
-* KGW: y^D_t = y^T_t = U^T_{w_t}, the emitted token's target-stream uniform
-  (the green list is the target stream's for draft and target tokens;
-  green when U >= 1 − γ), scored by :mod:`.kgw`'s green count;
+* KGW: y^D_t = y^T_t = π^T(w_t), the emitted token's place in the target
+  stream's keyed permutation of the vocabulary (the green list, the first
+  ⌊γV⌋ places, is the target stream's for draft and target tokens), scored by
+  :mod:`.kgw`'s green count (PRF v1 texts: the token's target-stream uniform,
+  green when U >= 1 − γ);
 * the other decoders scored by the same detectors (one U(0, 1) value per
   token and stream under the null, large under the watermark):
   DiPmark / γ-reweight: y = U_{w_t}, the emitted token's key in the order of
-  π (the reweighting moves mass to the end of π); inverse transform: the
-  alignment value y = 1 − P(|U − η| ≤ |u − η|) for η = U_{w_t} and u the
+  π (the reweighting moves mass to the end of π), hashed in DiPmark's own lane
+  (PRF v2; v1: Gumbel-max's token lane); inverse transform: the
+  alignment value y = 1 − P(|U − η| ≤ |u − η|) for η = U_{w_t} (its own lane in v2) and u the
   stream's position uniform (the token's place in π and u agree under the
   watermark; under the null u is independent of η, so y is exactly uniform).
   Kuditipudi et al. (2023) score the alignment cost Σ |u − η| over shifts of a
@@ -244,33 +247,23 @@ def check_source(source, shape) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-def alignment_value(eta: jax.Array, u: jax.Array) -> jax.Array:
-    """Inverse transform's per-token statistic: 1 − P(|U − η| ≤ |u − η|) for U ~ U(0, 1), float32[...].
-
-    Uniform on (0, 1) when u is a uniform independent of η (the null); near 1 when u and the token's
-    place η in π agree (the watermark). Kept inside [2^-25, 1 − 2^-25] so that log y and log(1 − y)
-    stay finite, as for the PRF's uniforms.
-    """
-    d = jnp.abs(u - eta)
-    inside = jnp.minimum(eta + d, 1.0) - jnp.maximum(eta - d, 0.0)
-    tiny = jnp.float32(2.0**-25)
-    return 1.0 - jnp.clip(inside, tiny, 1.0 - tiny)
+alignment_value = decoders.alignment_value  # the inverse transform's statistic (its module's)
 
 
-def _uniform_statistic(seeds, tokens, statistic: str):
-    """One stream's per-token value (module doc)."""
-    y = prf.token_uniforms(seeds, tokens)
-    if statistic == decoders.INVERSE_TRANSFORM:
-        return alignment_value(y, prf.position_uniforms(seeds))
-    return y
+def _uniform_statistic(seeds, tokens, statistic: str, version: str = prf.PRF_VERSION, vocab_size: int = 0):
+    """One stream's per-token value under PRF ``version``: the scheme's own
+    (:meth:`wmspec_jax.decoders.WatermarkDecoder.token_statistic`; module doc)."""
+    return decoders.scheme_class(statistic).build().token_statistic(seeds, tokens, version=version,
+                                                                    vocab_size=vocab_size)
 
 
-def _sibling_statistic(seeds, tokens, statistic: str, siblings: int, candidate, weights):
+def _sibling_statistic(seeds, tokens, statistic: str, siblings: int, candidate, weights,
+                       version: str = prf.PRF_VERSION, vocab_size: int = 0):
     """The draft stream's per-token value under multi-draft sampling: of the sibling the record names
     (``candidate`` int[B, L]), or, from tokens and key alone, the weighted search
     max_c (y^D_{t,c})^(1/w_c) over the ``siblings`` streams (:func:`check_sibling_weights`): exactly U(0, 1)
     when the text is independent of the key, as P(max_c y_c^(1/w_c) <= x) = Π_c x^(w_c) = x."""
-    values = [_uniform_statistic(prf.candidate_seeds(seeds, jnp.uint32(c)), tokens, statistic)
+    values = [_uniform_statistic(prf.candidate_seeds(seeds, jnp.uint32(c)), tokens, statistic, version, vocab_size)
               for c in range(siblings)]
     if candidate is not None:
         out = values[0]
@@ -326,9 +319,10 @@ def check_sibling_weights(weights, siblings: int) -> Optional[tuple]:
 
 
 @functools.partial(jax.jit, static_argnames=("width", "num_layers", "statistic", "draft_statistic", "siblings",
-                                             "weights"))
+                                             "weights", "version", "vocab_size"))
 def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, statistic: str = decoders.GUMBEL,
-                draft_statistic: str = decoders.GUMBEL, siblings: int = 1, candidate=None, weights=None):
+                draft_statistic: str = decoders.GUMBEL, siblings: int = 1, candidate=None, weights=None,
+                version: str = prf.PRF_VERSION, vocab_size: int = 0):
     bsz, length = tokens.shape
     mask = context.scored_mask(tokens, lengths, starts, width)
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (bsz, length))
@@ -339,15 +333,15 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, stat
     if candidate is not None:  # the acceptance test of the sibling that was accepted
         accept_seeds = prf.candidate_seeds(accept_seeds, candidate.astype(jnp.uint32))
     u = prf.position_uniforms(accept_seeds)
-    if statistic == decoders.KGW:  # one green list per position, the target stream's, for every token
-        draft = target = prf.token_uniforms(seeds[:, prf.Stream.TARGET], tokens)
+    if decoders.scheme_class(statistic).target_stream_statistic:  # e.g. KGW's one green list per position
+        draft = target = _uniform_statistic(seeds[:, prf.Stream.TARGET], tokens, statistic, version, vocab_size)
     elif num_layers == 0:
         if siblings > 1:
             draft = _sibling_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic, siblings, candidate,
-                                       weights)
+                                       weights, version, vocab_size)
         else:
-            draft = _uniform_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic)
-        target = _uniform_statistic(seeds[:, prf.Stream.TARGET], tokens, statistic)
+            draft = _uniform_statistic(seeds[:, prf.Stream.DRAFT], tokens, draft_statistic, version, vocab_size)
+        target = _uniform_statistic(seeds[:, prf.Stream.TARGET], tokens, statistic, version, vocab_size)
     else:
         draft_seeds = seeds[:, prf.Stream.DRAFT]
         if candidate is not None:  # each draft token's g-values in the sibling stream it was drawn from
@@ -365,10 +359,10 @@ def _statistics(tokens, lengths, starts, keys, width: int, num_layers: int, stat
 
 def statistics_provenance(key, decoder: str, num_layers: int = 0,
                           context_width: int = prf.DEFAULT_CONTEXT_WIDTH, draft_decoder=None,
-                          siblings: int = 1) -> Provenance:
+                          siblings: int = 1, prf_version: str = prf.PRF_VERSION) -> Provenance:
     """The :class:`.provenance.Provenance` of statistics computed with ``key`` (fingerprint, never the key)."""
     fingerprint, derivation = keys_lib.key_provenance(key)
-    return Provenance(decoder, int(num_layers), int(context_width), prf.PRF_VERSION, fingerprint, derivation,
+    return Provenance(decoder, int(num_layers), int(context_width), prf_version, fingerprint, derivation,
                       draft_decoder, int(siblings))
 
 
@@ -399,7 +393,8 @@ def _check_candidate(candidate, shape: tuple, siblings: int):
 
 def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None,
                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH, decoder=None, draft_decoder=None,
-                      siblings: int = 1, candidate=None, sibling_weights=None) -> GumbelStats:
+                      siblings: int = 1, candidate=None, sibling_weights=None,
+                      prf_version: str = prf.PRF_VERSION) -> GumbelStats:
     """(y^D_t, y^T_t, u_t) and the scored mask of a batch of texts (Gumbel-max, or another decoder
     whose statistic is one uniform per token and stream).
 
@@ -423,6 +418,8 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
         stream each token was drawn from (what the Oracle needs); needs ``siblings`` > its maximum.
       sibling_weights: w_c of the search without records (:func:`check_sibling_weights`; None: the
         default, decaying with c).
+      prf_version: the PRF version the texts were generated with (:data:`wmspec_jax.prf.PRF_VERSIONS`;
+        v1 texts of the inverse transform, DiPmark and KGW read v1's lanes).
 
     Returns:
       :class:`GumbelStats` with their provenance. Cost: one context hash per
@@ -434,25 +431,30 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
     for d in (decoder, draft_decoder):
         if d.family == decoders.SYNTHID:
             raise ValueError(f"{d.label} texts are scored with synthid_statistics, not gumbel_statistics")
-    if decoders.KGW in (decoder.family, draft_decoder.family) and decoder != draft_decoder:
-        raise ValueError("KGW's green list is the target stream's for every token: no draft_decoder with KGW")
+    one_stream = decoder.target_stream_statistic or draft_decoder.target_stream_statistic
+    if one_stream and decoder != draft_decoder:
+        raise ValueError(f"{decoder.label}'s statistic is the target stream's for every token: no other "
+                         "draft_decoder with it")
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
     _check_siblings(siblings)
     candidate = _check_candidate(candidate, tok.shape, siblings)
-    if decoders.KGW in (decoder.family, draft_decoder.family) and siblings > 1:
-        raise ValueError("KGW texts come from one chain: siblings must be 1")
+    if one_stream and siblings > 1:
+        raise ValueError(f"{decoder.label} texts come from one chain: siblings must be 1")
+    version = prf.check_prf_version(prf_version)
     yd, yt, u, mask = _statistics(jnp.asarray(tok), jnp.asarray(lens), jnp.asarray(st), keys,
                                   width=int(context_width), num_layers=0, statistic=decoder.statistic,
                                   draft_statistic=draft_decoder.statistic, siblings=int(siblings),
-                                  candidate=candidate, weights=_search_weights(sibling_weights, int(siblings), candidate))
-    prov = statistics_provenance(key, decoder.statistic, 0, context_width, draft_decoder.statistic, siblings)
+                                  candidate=candidate, weights=_search_weights(sibling_weights, int(siblings), candidate),
+                                  version=version, vocab_size=int(vocab_size) if decoder.statistic_needs_vocab else 0)
+    prov = statistics_provenance(key, decoder.statistic, 0, context_width, draft_decoder.statistic, siblings,
+                                 prf_version=version)
     return GumbelStats(yd, yt, u, mask, jnp.asarray(st), jnp.asarray(lens), prov)
 
 
 def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths=None, starts=None,
                        context_width: int = prf.DEFAULT_CONTEXT_WIDTH, siblings: int = 1,
-                       candidate=None, sibling_weights=None) -> SynthIDStats:
+                       candidate=None, sibling_weights=None, prf_version: str = prf.PRF_VERSION) -> SynthIDStats:
     """(g^D_t, g^T_t ∈ {0,1}^m, u_t) and the scored mask of a batch of texts (SynthID).
 
     Args:
@@ -470,6 +472,7 @@ def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths
     """
     if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 1:
         raise ValueError(f"number of SynthID layers m must be a positive int, got {num_layers!r}")
+    prf.check_prf_version(prf_version)  # SynthID's values are the same in every version
     tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
     _check_siblings(siblings)
