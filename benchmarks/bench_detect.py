@@ -7,7 +7,7 @@ warm-up call per shape first), for a batch of random texts:
 
 * ``gumbel_three_streams`` — y^D, y^T, u and the repeated-context mask
   (:func:`wmspec_jax.detect.gumbel_statistics`) plus Ars-τ's score and exact
-  Gamma p-value: the issue's target (≥ 1e6 tokens/s);
+  Gamma p-value: the target of ≥ 1e6 tokens/s;
 * its parts: the repeated-context mask alone, the hashes alone, the score
   alone; a NumPy baseline of the hashes (``prf_numpy``);
 * ``gumbel_soft`` — the soft detector's score with its saddlepoint p-value;

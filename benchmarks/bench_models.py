@@ -7,7 +7,7 @@ Prefill runs ``step`` over a ``--prompt_len`` prompt with the logits dropped
 (as the speculative loop does, so XLA removes the LM head); decode is one
 ``step`` with T = 1 at a context of ``--context`` tokens.
 
-  python -m benchmarks.bench_models --json=/tmp/bench_models.json            # default draft
+  python -m benchmarks.bench_models --json=results/bench_models.json            # default draft
   python -m benchmarks.bench_models --draft=drafts/smollm2_draft.npz --batch_sizes=1   # the first draft (v1)
   python -m benchmarks.bench_models --draft=drafts/smollm2_draft.npz --head_sizes=4096,8192,16384  # cost only
   python -m benchmarks.bench_models --batch_sizes=1 --layer_counts=2,3,4      # fewer layers, cost only

@@ -20,7 +20,7 @@ Three parts, all in one process:
    device's ``bytes_in_use`` / ``peak_bytes_in_use`` are reported. Without a
    GPU the script says that these figures are still to be measured.
 
-  python -m benchmarks.bench_sharding --json=/tmp/bench_sharding.json
+  python -m benchmarks.bench_sharding --json=results/bench_sharding.json
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ it generates ``--num_texts`` texts of the exact Markov toy pair (``wmspec_jax.to
 ``--draft_target`` adds rows where the draft stream has its own decoder
 (``SpeculativeConfig.draft_decoder``), each stream scored with its decoder's statistic.
 
-  python -m benchmarks.compare_decoders --num_texts=2000 --max_new_tokens=32 --output=/tmp/decoders.json
+  python -m benchmarks.compare_decoders --num_texts=2000 --max_new_tokens=32 --output=results/decoders.json
 
 The toy pair has far less entropy per token than a language model, so the absolute TPRs are low; the
 comparison between decoders and methods is the point. Writes ``--output`` (JSON) atomically.

@@ -17,9 +17,9 @@ the Markov toy pair (``wmspec_jax.toy``, V = ``--vocab_size``), each under its o
 ``--pair=builtin`` runs the same on the built-in pair (SmolLM2-135M-Instruct and its draft) with
 ``--num_texts`` held-out built-in questions at ``--temperature``.
 
-  python -m benchmarks.compare_multidraft --num_texts=1500 --max_new_tokens=4 --output=/tmp/multidraft.json
+  python -m benchmarks.compare_multidraft --num_texts=1500 --max_new_tokens=4 --output=results/multidraft.json
   python -m benchmarks.compare_multidraft --pair=builtin --num_texts=64 --max_new_tokens=64 --lookahead=3 \
-      --draft_trees=1,3,3d --synthid_layers=30 --output=/tmp/multidraft_builtin.json
+      --draft_trees=1,3,3d --synthid_layers=30 --output=results/multidraft_builtin.json
 
 Writes ``--output`` (JSON) atomically and prints a table.
 """

@@ -1,116 +1,62 @@
-r"""Distils the built-in draft (target layer subset + LoRA) from SmolLM2-135M-Instruct.
+r"""Distils the adapter draft (kept target layers + LoRA) from SmolLM2-135M-Instruct.
 
-Stages (``--mode``), each resumable and writing atomically under ``--workdir``:
+The draft of :mod:`wmspec_jax.models.draft` keeps a subset of the target's
+layers (``--layers``) and adds rank-``--rank`` LoRA and norm adapters, with an
+optional reduced output head (``--head_size``); this script trains those
+adapters by self-distillation from the target. Stages (``--mode``), each
+resumable and writing atomically under ``--workdir``:
 
-* ``sample``: target continuations (T = 0.7 and 1.0) of the built-in *train*
-  prompts, with the target's top-k next-token log-probabilities at every
-  generated position (self-distillation data; saved per chunk).
-* ``train``: fits the adapters of :mod:`wmspec_jax.models.draft` so that the
-  draft's next-token distribution matches the target's on those contexts
-  (forward KL + total variation at T = 1 and T = 0.7); checkpoints every
-  ``--save_every`` steps and resumes from the last one; finally writes the
-  adapters to ``--out`` (the shipped asset).
+* ``sample``: target continuations (``--new_tokens`` each, at every
+  ``--temperatures``) of the built-in *train* prompts, with the target's
+  top-k (``--top_k``) next-token log-probabilities at every generated
+  position, saved per chunk of ``--sample_batch`` rows; ``--repeats`` passes
+  with new seeds. ``--prompt_source=self_chat`` continues chat questions the
+  target writes itself instead (``--self_chat_tries``, ``--question_tokens``,
+  ``--self_chat_examples``; chunks named ``train-selfchat_*``).
+* ``train``: fits the adapters so that the draft's next-token distribution
+  matches the target's on those contexts (forward KL + total variation at
+  T = 1 and T = 0.7); ``--steps`` steps of ``--batch`` sequences, cosine
+  schedule peaking at ``--lr``; starts from ``--init`` adapters or zero LoRA;
+  a reduced head keeps the ``--head_size`` tokens ranked by ``--head_rank`` on
+  the chunks ``--head_from`` (or the head of ``--init`` with
+  ``--keep_init_head``). Checkpoints every ``--save_every`` steps and resumes
+  from the last one, picking up the sample chunks written since it started
+  (a run resumed with a larger ``--steps`` rebuilds the schedule for its own
+  ``--steps``: a warm restart); finally writes the adapters to ``--out``.
 * ``export``: writes the adapters of the last training checkpoint to ``--out``.
-* ``eval``: on held-out *eval* prompts, samples target continuations at each
-  temperature and reports the mean per-position acceptance
+* ``eval``: on held-out *eval* prompts (``--eval_prompts`` per temperature),
+  samples target continuations and reports the mean per-position acceptance
   alpha = E[1 - TV(Q_T, P_T)], the target's mass on the draft's support (< 1
   for a reduced head), the implied AATPS (1 - alpha^(K+1)) / (1 - alpha) for
   K = 1..4, alpha split by prompt kind (chat questions / plain-text
   openings), and the draft/target per-token decode-time ratio measured in the
-  same run (``--timing_batches``); ``--eval_head_sizes`` scores the same
-  adapters with other heads in the same pass. Writes ``--eval_json``.
+  same run (``--timing_batches``; empty: no timing). ``--adapters`` picks the
+  file (default ``--out``; ``none``: the plain truncation, no adapters);
+  ``--eval_head_sizes`` scores the same adapters with other heads in the same
+  pass. Writes ``--eval_json``.
 
-The KL term is the forward KL of the teacher's top-k (64) tokens plus the lumped
+The KL term is the forward KL of the teacher's top-k tokens plus the lumped
 remainder, not of the full 49152-token distributions (which would mean storing
 or recomputing the target's logits at every training step: ~100x the data, or
-the target's forward pass in every step on a 2-core CPU).
+the target's forward pass in every step).
 
-Draft v3 (``drafts/smollm2_draft_v3.npz``, the default built-in
-draft): the v2 adapters and reduced head below, distilled further on one full
-sampling pass over the 742 train prompts at T = 0.7 and at T = 1.0 (1484
-sequences, 48 chunks; ``docs/models.md`` has the held-out acceptance and the
-cost). Commands (2-core CPU, nothing else running but these two jobs; run from
-the repository root)::
+The train and eval prompts are a hash split of :mod:`wmspec_jax.lab.data`'s
+prompts, so ``eval`` never scores a prompt the draft was trained on.
 
-  W=/tmp/wmspec_draft_v3
-  python -m experiments.distill_draft --mode=sample --repeats=1 --workdir=$W \
+Run from the repository root, e.g. (``W`` is any work folder; give it room for
+the sample chunks and checkpoints)::
+
+  W=results/draft/work
+  python -m experiments.distill_draft --mode=sample --workdir=$W --repeats=1 \
       --temperatures=0.7,1.0
   python -m experiments.distill_draft --mode=train --workdir=$W --head_size=16384 \
-      --head_rank=count --keep_init_head --init=drafts/smollm2_draft_v2.npz \
-      --steps=700 --lr=1e-3 --save_every=25 --out=$W/smollm2_draft_v3.npz
-  python -m experiments.distill_draft --mode=train --workdir=$W --head_size=16384 \
-      --head_rank=count --keep_init_head --init=drafts/smollm2_draft_v2.npz \
-      --steps=1300 --lr=1e-3 --save_every=25 \
-      --out=drafts/smollm2_draft_v3.npz  # resumes at step 700 (longer schedule)
-  python -m experiments.distill_draft --mode=eval --workdir=$W \
-      --adapters=drafts/smollm2_draft_v3.npz --eval_head_sizes=0 \
-      --timing_batches=1,8 --eval_json=$W/eval_v3.json
+      --head_rank=count --steps=700 --lr=1e-3 --save_every=25 --out=$W/draft.npz
+  python -m experiments.distill_draft --mode=eval --workdir=$W --adapters=$W/draft.npz \
+      --timing_batches=1,8 --eval_json=$W/eval.json
 
-CPU time: sampling took 35 min wall (00:03-00:38); the first training command
-started at 00:08 on the chunks written so far (picking up new ones every 25
-steps: 256 sequences at the start, all 1484 from step 375 on) and took 42 min
-(700 steps of 8 sequences, 5-5.5 s a step while sharing the CPU with the
-sampler, 2.3-3.6 s alone); the second 22 min (600 steps, 2.2 s a step alone). (The run, made before the flag
-existed, put v2's head ids into ``$W/head_ids_count_16384.npy`` by hand
-before training without it; ``--keep_init_head`` writes the same ids to
-``$W/head_ids_init_16384.npy`` and trains on them.) Re-running train after sampling has finished
-trains on all 48 chunks from the first step (a slightly different asset).
-
-Draft v2 (``drafts/smollm2_draft_v2.npz``, loadable as
-``drafts/smollm2_draft_v2.npz``, the default built-in draft before v3): the
-v1 adapters below, fine-tuned with a reduced-vocabulary head
-(``--head_size``: the draft proposes only the 16384 tokens most frequent among
-the target's sampled tokens in the first 9 T = 1.0 chunks, ties to lower ids,
-plus the special tokens; ``docs/models.md`` has the cost / acceptance
-measurements). Commands (2-core CPU shared with other jobs, from the
-repository root)::
-
-  W=/tmp/wmspec_draft15
-  python -m experiments.distill_draft --mode=sample --repeats=1 --workdir=$W \
-      --temperatures=1.0,0.7     # stopped by hand after 13 T=1.0 chunks (416 rows)
-  python -m experiments.distill_draft --mode=sample --repeats=1 --workdir=$W \
-      --temperatures=0.7         # stopped by hand after 12 T=0.7 chunks (384 rows)
-  python -m experiments.distill_draft --mode=train --workdir=$W --head_size=16384 \
-      --head_rank=count --head_from='train_T1.0_s0_000[0-8].npz' \
-      --init=drafts/smollm2_draft.npz --steps=320 --lr=1e-3 --save_every=20 \
-      --out=drafts/smollm2_draft_v2.npz
-  python -m experiments.distill_draft --mode=eval --workdir=$W --adapters=v2 \
-      --eval_head_sizes=16384,24576,32768,0 --head_rank=mass --head_from='train_T*.npz' \
-      --timing_batches=1 --eval_json=$W/eval_v2.json
-
-CPU time: sampling 25 chunks of 32 rows x 96 tokens took 22 min wall (16:27-16:49,
-25-75 s a chunk depending on the load); training took 20.5 min wall (320 steps of
-8 sequences, 2.6-7 s a step, 1.5 min of it compiling), run concurrently with the
-T = 0.7 sampling for its first 9 minutes, on 2 cores shared with other jobs. The
-training loop picks up the sample chunks written since its start every
-``--save_every`` steps, so the data it saw depends on how far the concurrent
-sampler had got (its log: 544 sequences from 17 chunks at the start, 800 from 25
-from step 60 on). Re-running train after sampling has finished trains on all 25
-chunks from the first step (a slightly different asset).
-
-Draft v1 (``drafts/smollm2_draft.npz``, loaded by path; the draft of the
-earliest published results). Commands used for it (2-core
-CPU, run from the repository root)::
-
-  mkdir -p /tmp/wmspec_draft
-  nohup /work/venv/bin/python -m experiments.distill_draft --mode=sample --repeats=1 \
-      > /tmp/wmspec_draft/sample.log 2>&1 &
-  # (stopped by hand after 17 of the 26 T=0.7 chunks, 544 sequences / 41k target
-  #  tokens, to fit the time budget; left alone it also samples the T=1.0 chunks)
-  nohup /work/venv/bin/python -m experiments.distill_draft --mode=train --steps=300 \
-      > /tmp/wmspec_draft/train.log 2>&1 &
-  nohup /work/venv/bin/python -m experiments.distill_draft --mode=train --steps=450 \
-      > /tmp/wmspec_draft/train2.log 2>&1 &      # resumes at step 300, writes --out
-  /work/venv/bin/python -m experiments.distill_draft --mode=eval \
-      --eval_json=/tmp/wmspec_draft/eval.json
-
-``--mode=eval --adapters=none`` evaluates the plain truncation (no adapters).
-
-The shipped asset was distilled with a since-merged ``models/corpus.py`` whose
-prompt lists differed slightly from today's :mod:`wmspec_jax.lab.data` (a few
-more pydoc paragraphs, 240-character cuts without the word-boundary guard);
-the train/eval hash split is the same one, so :mod:`wmspec_jax.lab.data`'s
-``eval`` split holds no prompt the shipped draft was trained on.
+Load the result with ``--draft=builtin:PATH`` in the tools. The commands,
+data and CPU time that made the drafts v1-v3 in ``drafts/`` are in
+``docs/measurements/2026-11-27-draft-distillation-recipes.md``.
 """
 
 from __future__ import annotations
@@ -136,7 +82,7 @@ from wmspec_jax.models.cache import init_cache
 FLAGS = flags.FLAGS
 TRAIN_GLOB = "train*_T*.npz"  # train-prompt and self-chat sample chunks
 flags.DEFINE_enum("mode", "eval", ["sample", "train", "export", "eval"], "stage to run")
-flags.DEFINE_string("workdir", "/tmp/wmspec_draft", "samples, checkpoints and logs")
+flags.DEFINE_string("workdir", "results/draft", "samples, checkpoints and logs")
 flags.DEFINE_string("out", os.path.join("results", "draft", "adapters.npz"),
                     "where train writes the final adapters (load them with --draft=builtin:PATH)")
 flags.DEFINE_integer("head_size", 0, "train: keep this many output tokens in the draft's head, "

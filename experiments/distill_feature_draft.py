@@ -1,112 +1,58 @@
 r"""Distils a feature-conditioned draft (:mod:`wmspec_jax.models.feature_draft`) for SmolLM2.
 
 Uses the sample chunks of ``experiments/distill_draft.py --mode=sample`` (the
-target's continuations of the train prompts with its top-64 next-token
-log-probabilities) in the same ``--workdir``, and shares that script's flags
-(``--workdir --steps --batch --lr --save_every --seed --temperatures
---eval_prompts --timing_batches --eval_json``). Stages (``--stage``), each
-resumable and writing atomically:
+target's continuations of the train prompts, or of chat questions it wrote
+itself, with its top-64 next-token log-probabilities) in the same
+``--workdir``, and shares that script's flags (``--workdir --steps --batch
+--lr --save_every --seed --temperatures --prompt_len --eval_prompts
+--timing_batches --eval_json``). Stages (``--stage``), each resumable and
+writing atomically:
 
 * ``features``: the target's final hidden states at every position of every
-  train chunk (``<workdir>/feat/*.npy``, float16; the draft's inputs).
+  train chunk that has none yet (``<workdir>/feat/*.npy``, float16; the
+  draft's inputs).
 * ``train``: fits the draft's ``fc``, layer and final norm so that its
   next-token distribution matches the teacher's top-k (forward KL + TV at
   T = 1 and 0.7, :func:`distill_draft.teacher_loss`), in two passes per
   batch: with the target's features (the first draft of a step) and with the
   draft's own features of the previous position from the first pass (later
-  drafts, which run before the target has seen the drafted tokens), plus a
-  small regression of the draft's hidden state onto the target's
-  (``--feature_loss``). Optional regularisers (off for f1 and f2):
-  ``--weight_decay`` (AdamW, matrices only) and ``--feature_noise``
-  (uniform noise on the target's features, as EAGLE trains); optional
-  ``--third_pass`` (off for f1-f3): a third pass on the own features of the
-  second, as the third draft of a step reads them (EAGLE-3's training-time
-  test, one step deeper; ``docs/models.md`` measures it). Checkpoints
-  every ``--save_every`` steps; writes ``--feature_out``.
+  drafts, which run before the target has seen the drafted tokens; weight
+  ``--second_pass``), plus a small regression of the draft's hidden state
+  onto the target's (``--feature_loss``). It trains on every chunk that has
+  features when it starts. The draft starts from the target's last layer, or
+  from ``--feature_init``'s weights with a fresh optimiser; its reduced head
+  is that of ``--head_ids_from``. Optional regularisers: ``--weight_decay``
+  (AdamW, matrices only) and ``--feature_noise`` (uniform noise on the
+  target's features, as EAGLE trains); optional ``--third_pass``: a third
+  pass on the own features of the second, as the third draft of a step reads
+  them (EAGLE-3's training-time test, one step deeper). Warm-up then cosine
+  decay from ``--lr`` over ``--steps``; checkpoints every ``--save_every``
+  steps and resumes from the last one (a run resumed with a larger
+  ``--steps`` rebuilds the schedule for its own ``--steps``: a warm
+  restart); writes ``--feature_out``.
 * ``eval``: held-out acceptance alpha = E[1 − TV(Q_T, P_T)] on the eval
   prompts (the same target samples as ``distill_draft --mode=eval``), for the
   first draft of a step (target features), the second (own features) and the
   third (own features of own features), a K = 3 tokens-per-step estimate
   from them (:func:`tokens_per_step_k3`), split by prompt kind, and the
-  draft/target decode-time ratio; with
-  ``--chunk_globs`` also alpha on sample chunks of the workdir (trained-on
-  against unseen rounds: the generalisation gap).
+  draft/target decode-time ratio; with ``--chunk_globs`` also alpha on
+  sample chunks of the workdir (trained-on against unseen rounds: the
+  generalisation gap). ``--feature_draft`` picks the file (default
+  ``--feature_out``).
 
-Feature drafts f1, f2 and f3 (``wmspec_jax/assets/smollm2_feature_draft_f{1,2,3}.npz``;
-f3 is the default built-in draft; ``docs/models.md`` has their held-out
-acceptance and speed). f1 starts from the target's last layer and v3's
-16384-token head, and was trained on draft v3's sample chunks (1484 sequences,
-``distill_draft.py`` docstring) plus 649 chat questions the target wrote
-itself, answered at T = 0.7; f2 is f1's training resumed with 1336 more such
-questions (another seed); f3 is trained from the start (f1's initialisation)
-on f2's data plus 2624 more such questions (a third seed), with weight decay
-and feature noise. Commands (2-core CPU, from the repository root;
-``$W`` holds v3's chunks; ``--feature_out`` defaults to f3's asset)::
+Run from the repository root, after ``distill_draft --mode=sample`` has
+written chunks to ``$W`` (any work folder), e.g.::
 
-  W=/tmp/wmspec_draft_v3
   python -m experiments.distill_feature_draft --stage=features --workdir=$W
-  python -m experiments.distill_feature_draft --stage=train --workdir=$W --steps=700 \
-      --lr=1.5e-3 --save_every=25
-  python -m experiments.distill_feature_draft --stage=train --workdir=$W --steps=2000 \
-      --lr=1.5e-3 --save_every=25        # resumes at 700; stopped by hand after step 1550
-  python -m experiments.distill_draft --mode=sample --prompt_source=self_chat \
-      --self_chat_tries=1024 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
-  python -m experiments.distill_feature_draft --stage=features --workdir=$W   # the new chunks
-  python -m experiments.distill_feature_draft --stage=train --workdir=$W --steps=2300 \
-      --lr=1.5e-3 --save_every=25 --feature_out=$W/f1.npz   # resumes at 1550, 2133 sequences
-  python -m experiments.distill_draft --mode=sample --prompt_source=self_chat --seed=1 \
-      --self_chat_tries=2048 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
-  python -m experiments.distill_feature_draft --stage=features --workdir=$W   # the new chunks
-  python -m experiments.distill_feature_draft --stage=train --workdir=$W --steps=3800 \
-      --lr=1.5e-3 --save_every=25 --feature_out=$W/f2.npz   # resumes at 2300, 3469 sequences
-  python -m experiments.distill_draft --mode=sample --prompt_source=self_chat --seed=2 \
-      --self_chat_tries=4096 --sample_batch=64 --repeats=1 --temperatures=0.7 --workdir=$W
-  python -m experiments.distill_feature_draft --stage=features --workdir=$W   # the new chunks
-  # f3 starts afresh: a new workdir with links to all 121 chunks and their features
-  W3=/tmp/wmspec_f3; mkdir -p $W3/feat; ln -s $W/train*_T*.npz $W3/; ln -s $W/feat/*.npy $W3/feat/
-  ln -s $W/eval $W3/eval
-  python -m experiments.distill_feature_draft --stage=train --workdir=$W3 --steps=3000 \
-      --lr=1.5e-3 --save_every=50 --weight_decay=0.05 --feature_noise=0.2   # 6093 sequences: f3
-  python -m experiments.distill_feature_draft --stage=eval --workdir=$W --timing_batches=1 \
-      --feature_draft=wmspec_jax/assets/smollm2_feature_draft_f3.npz --eval_json=$W/eval_f3.json
-
-Questions in the corpus's style (a negative result, not shipped:
-``docs/models.md``, "Questions in the corpus's style"). The target writes each
-question after two short train-split question/answer turns
-(``--self_chat_examples=2``), and f3's weights are fine-tuned on the answers
-alone (f3's own training data was not kept)::
-
-  W=/tmp/wmspec_f4
-  python -m experiments.distill_draft --mode=sample --prompt_source=self_chat \
-      --self_chat_examples=2 --seed=3 --self_chat_tries=1280 --sample_batch=64 --repeats=1 \
-      --temperatures=0.7 --workdir=$W   # stopped by hand after 12 of 19 answer chunks
-  python -m experiments.distill_feature_draft --stage=features --workdir=$W
-  python -m experiments.distill_feature_draft --stage=train --workdir=$W \
-      --feature_init=wmspec_jax/assets/smollm2_feature_draft_f3.npz --steps=400 --lr=7e-4 \
-      --save_every=50 --weight_decay=0.05 --feature_noise=0.2 --feature_out=$W/f4.npz
-      # stopped after step 200, then the same command with --steps=300 (resumes at 200)
+  python -m experiments.distill_feature_draft --stage=train --workdir=$W --steps=3000 \
+      --lr=1.5e-3 --save_every=50 --weight_decay=0.05 --feature_noise=0.2 \
+      --feature_out=$W/feature_draft.npz
   python -m experiments.distill_feature_draft --stage=eval --workdir=$W \
-      --feature_draft=$W/f4.npz --temperatures=0.7 --timing_batches= --eval_json=$W/eval_f4.json
+      --feature_draft=$W/feature_draft.npz --timing_batches=1 --eval_json=$W/eval.json
 
-CPU time (a slower 2-core CPU than the one of the commands above: features 46 s
-per 64-row chunk against ~14 s there): the 1280 questions 35 min (~84 s per 64
-tries alone: the two turns make each prefix ~5x the bare header's; the last 17
-min shared the CPU with a loop benchmark), 12 answer chunks 26 min (~110 s
-each alone), features 9 min, 300 steps ~2.8 s a step alone (5-7 s while the
-test suite shared the CPU).
-
-Each resumed run rebuilds the cosine schedule for its own ``--steps`` (a warm
-restart at a lower rate). CPU time: features 7 s per 32-row chunk (the first
-48 chunks were written by a prototype of ``--stage=features``, the same
-computation); training ~1 s a step alone (700 steps in 13 min), ~2 s while
-sharing the CPU with the self-chat sampler (steps 700-1550, 34 min); the
-self-chat sampling 21 min (questions 8 min, 11 answer chunks 13 min); the last
-750 steps 13 min. For f2 (a faster session of the same CPU type): the seed-1
-self-chat sampling 22 min (1336 questions kept of 2048 in 9 min, 21 answer
-chunks in 13 min), their features 5 min, steps 2300-3800 23 min (0.92 s a
-step). For f3: the seed-2 self-chat sampling 38 min (2624 questions kept of
-4096), their features 10 min, the 3000 steps 51 min (~1.05 s a step; ~1.5 s
-while an eval shared the CPU).
+Load the result with ``--draft=builtin:PATH`` in the tools. The commands,
+data and CPU time that made the feature drafts f1-f3 (f3 is the default
+built-in draft) are in ``docs/measurements/2026-11-27-draft-distillation-recipes.md``.
 """
 
 from __future__ import annotations

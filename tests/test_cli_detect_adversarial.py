@@ -200,7 +200,7 @@ def test_the_windowed_table_says_its_p_value_is_corrected(tmp_path, key):
 
 
 def test_help_is_instant_and_documents_the_conservative_weighted_mean():
-    """--help starts neither JAX nor transformers (it used to take seconds)."""
+    """--help imports neither JAX nor transformers, so it prints at once."""
     code = ("import io, sys; from wmspec_jax.cli import detect; out = io.StringIO(); "
             "rc = detect.run(['wmspec-detect', '--help'], stdout=out); "
             "print(rc, 'jax' in sys.modules, 'transformers' in sys.modules); print(out.getvalue())")

@@ -252,7 +252,7 @@ def test_the_output_lock_refuses_links_and_special_files(tmp_path):
 
 def test_generate_refuses_a_second_writer_after_the_output_was_deleted(tmp_path, texts):
     """The run holding ``--output`` had its file deleted: a second wmspec-generate is refused before a model
-    loads (it used to lock a fresh file and append duplicates)."""
+    loads (locking a fresh file would let it append duplicates)."""
     _, _, prompts = texts
     out = tmp_path / "gen.jsonl"
     holder = storage.FileLock(out)

@@ -175,12 +175,12 @@ def test_corrupt_or_incomplete_files_raise_a_checkpoint_error_naming_the_file(tm
     def load():
         return hf.load_checkpoint(tmp_path / "m", tokenizer=False)
 
-    cfg_file.write_text('{"model_type": "llama", ')  # truncated JSON (on main: JSONDecodeError)
+    cfg_file.write_text('{"model_type": "llama", ')  # truncated JSON (a clear error, not a JSONDecodeError)
     with pytest.raises(hf.CheckpointError, match="config.json.*Expecting"):
         load()
     cfg_file.write_text(json.dumps({k: v for k, v in good.items() if k != "hidden_size"}))
     with pytest.raises(hf.CheckpointError, match=r"config.json.*missing required field.*hidden_size"):
-        load()  # on main: KeyError('hidden_size')
+        load()  # a clear error, not KeyError('hidden_size')
     cfg_file.write_text(json.dumps(dict(good, num_hidden_layers="two")))
     with pytest.raises(hf.CheckpointError, match="config.json"):
         load()
@@ -188,7 +188,7 @@ def test_corrupt_or_incomplete_files_raise_a_checkpoint_error_naming_the_file(tm
 
     weights = tmp_path / "m" / "model.safetensors"
     blob = weights.read_bytes()
-    weights.write_bytes(blob[: len(blob) // 2])  # truncated download (on main: SafetensorError)
+    weights.write_bytes(blob[: len(blob) // 2])  # truncated download (a clear error, not a SafetensorError)
     with pytest.raises(hf.CheckpointError, match="cannot read weights file .*model.safetensors"):
         load()
     weights.write_bytes(b"\x00" * 64)
@@ -263,6 +263,6 @@ def test_experiment_pair_from_directories_uses_the_end_of_turn_and_the_padded_wi
                      tokenizer_kw=kw, eos_token_id=[2, 3])
     write_checkpoint(tmp_path / "draft", CFG.replace(num_layers=1), words=EOT_WORDS, tokenizer_kw=kw)
     pair = pairs.load_pair(str(tmp_path / "target"), str(tmp_path / "draft"))
-    # config.json says [2, 3] (on main the loop stopped on 2); the chat template ends a reply with <eot>.
+    # config.json says [2, 3] (the loop stops on either); the chat template ends a reply with <eot>.
     assert pair.eos_id == 39 and pair.vocab_size == pair.draft.vocab_size == 44
     assert pair.encode_prompt("w1 w2", "question")[-1] == 39

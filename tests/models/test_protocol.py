@@ -147,7 +147,7 @@ def test_traced_bad_inputs_give_nan_logits_not_wrong_numbers(model):
     cache = lm.init_cache(2, 8)
     good = jnp.asarray([[1, 2, 3], [4, 5, 6]], jnp.int32)
     ref, _ = step(params, cache, good, jnp.asarray([3, 3]))
-    for bad in (CFG.vocab_size, -1):  # on main: NaN for >= V, and -1 wrapped to V - 1
+    for bad in (CFG.vocab_size, -1):  # an error, not NaN for >= V nor -1 wrapped to V - 1
         logits, _ = step(params, cache, good.at[1, 1].set(bad), jnp.asarray([3, 3]))
         logits = np.asarray(logits)
         # The bad position and every later one that attends to it are NaN ...

@@ -203,9 +203,9 @@ def check_unit(x, name: str, *, open_interval: bool = False) -> float:
 def ignored_rng(rng) -> None:
     """Warns (DeprecationWarning) when a caller passes ``rng``: no detector uses one any more.
 
-    Ars-Prior's coins used to come from a ``jax.random`` key; they are keyed now
-    (:func:`.gumbel.choose_prior`), so a key or seed cannot change a score. The
-    argument is still accepted so that callers written for random coins run.
+    Ars-Prior's coins are keyed (:func:`.gumbel.choose_prior`), so a key or seed cannot
+    change a score. The argument is accepted so that callers that pass a
+    ``jax.random`` key for the coins run.
     """
     if rng is not None:
         warnings.warn("rng is ignored: Ars-Prior's coins are a function of the watermark key and the text "

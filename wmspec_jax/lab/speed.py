@@ -59,7 +59,7 @@ def run_speculative(session: Session) -> dict:
 
 
 def speculative_checks(rows: Sequence[dict]) -> dict:
-    """The unbiasedness / efficiency checks of the issue, evaluated on the table.
+    """The unbiasedness / efficiency checks of Tables 1-2, evaluated on the table.
 
     ``aatps_matches_standard``: per decoder, K and draft shape, |AATPS(Alg. 1) −
     AATPS(standard)| ≤ the half-widths' root-sum-square (an approximate
