@@ -30,6 +30,10 @@ LONGEST_FILES = (
     "test_feature_draft.py",  # ~50 s
     "test_draft_sharding.py",  # ~50 s
     "test_families.py",       # ~40 s
+    "test_decoder_plugin.py",  # ~65 s: a registered scheme through the tools on the built-in pair
+    "test_hf_synthid.py",     # ~35 s each: transformers' and vLLM's code against the reimplementations
+    "test_hf_kgw.py",
+    "test_engine_gumbel.py",
 )
 
 

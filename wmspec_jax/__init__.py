@@ -8,7 +8,9 @@ The public API (everything else is reached through its module):
   generate, precompile, SpeculativeConfig, GenerationResult, METHODS
                 the jitted generation loop (Alg. 1 and the methods it is compared with)
   WatermarkDecoder          Gumbel-max, SynthID(m), SynthID(m = ∞), inverse transform, DiPmark(α) /
-                            γ-reweight, KGW(γ, δ): a decoder carries its behaviour
+                            γ-reweight, KGW(γ, δ), or a scheme registered with
+                            ``decoders.register``: a scheme carries its behaviour
+  interop       transformers' SynthID-Text and KGW, vLLM's Gumbel-max watermarks, bit for bit
   Secret, text_keys, StreamKeys, PRF_VERSION
                 the secret, per-text stream keys, the pseudorandom construction's version
   LanguageModel, FeatureDraftModel, load_pair
@@ -20,7 +22,7 @@ Layers (import downwards only; ``tests/test_architecture.py``): storage
 (``storage``, ``user_cache``) < the algorithm (``prf``, ``keys``, ``context``,
 ``decoders``, ``theory``, ``candidates``, ``sampling``, ``methods``,
 ``stages``, ``speculative``, ``lm``, ``toy``, ``sharding``, ``models``,
-``detect``, ``tradeoff``) < the lab (``lab``: data, model pairs, runs, the
+``detect``, ``tradeoff``, ``interop``) < the lab (``lab``: data, model pairs, runs, the
 experiments) < the tools (``cli``). Modules and names are imported on first
 use (:mod:`wmspec_jax._lazy`): ``import wmspec_jax`` does not start JAX.
 """
@@ -28,7 +30,8 @@ use (:mod:`wmspec_jax._lazy`): ``import wmspec_jax`` does not start JAX.
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "buffers", "candidates", "cli", "context", "decoders", "detect", "keys", "lab", "lm", "methods", "models",
+    "buffers", "candidates", "cli", "context", "decoders", "detect", "interop", "keys", "lab", "lm", "methods",
+    "models",
     "multidraft", "prf", "prf_keys", "prf_numpy", "sampling", "sharding", "sources", "speculative", "stages",
     "storage", "theory", "toy", "tradeoff", "user_cache", "validation",
 )

@@ -30,13 +30,6 @@ class GumbelMax(WatermarkDecoder):
     def label(self) -> str:
         return "Gumbel-max"
 
-    def settings(self) -> dict:
-        return {}
-
-    @classmethod
-    def from_settings(cls, record) -> "GumbelMax":
-        return cls()
-
     def watermark_index(self, weights, ids, seeds, uniform=None):
         tokens = jnp.arange(weights.shape[-1], dtype=jnp.uint32) if ids is None else ids.astype(jnp.uint32)
         return gumbel_max_index(weights, prf.token_uniforms(seeds[:, None, :], tokens))

@@ -65,13 +65,6 @@ class InverseTransform(_Permuted):
     def label(self) -> str:
         return "Inverse transform"
 
-    def settings(self) -> dict:
-        return {}
-
-    @classmethod
-    def from_settings(cls, record) -> "InverseTransform":
-        return cls()
-
     def watermark_index(self, weights, ids, seeds, uniform=None):
         tokens = jnp.arange(weights.shape[-1], dtype=jnp.uint32) if ids is None else ids.astype(jnp.uint32)
         order = jnp.broadcast_to(self._order(seeds[:, None, :], tokens), weights.shape)
