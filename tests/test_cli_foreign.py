@@ -8,7 +8,9 @@ import pytest
 
 from tests.cli_calls import lines, run_tool
 from wmspec_jax.cli import detect as detect_cli
+from wmspec_jax.cli.texts import load_tokenizer
 from wmspec_jax.interop import engine_gumbel, hf_kgw
+from wmspec_jax.textnorm import normalize_text
 
 KEY = 987654321123
 TEXTS, LENGTH, FIRST_ID, CANDIDATES = 24, 64, 100, 1000  # token ids 100..1099: no special tokens
@@ -20,12 +22,12 @@ def call(args):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return detect_cli.load_tokenizer("builtin")
+    return load_tokenizer("builtin")
 
 
 def jsonl(path, tokenizer, texts) -> str:
     rows = [{"id": f"t{i}", "tokens": [int(t) for t in ids],
-             "text": detect_cli.normalize_text(tokenizer.decode([int(t) for t in ids], skip_special_tokens=True))}
+             "text": normalize_text(tokenizer.decode([int(t) for t in ids], skip_special_tokens=True))}
             for i, ids in enumerate(texts)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)

@@ -1,6 +1,6 @@
 """absl flags of the command-line tools, and the watermark-secret flags every script shares.
 
-* :func:`define_secret_flags` / :func:`secret_from_flags`: where the watermark
+* :func:`define_secret_flags` / :func:`secret_from_flags` / :func:`tool_secret`: where the watermark
   secret comes from — ``--secret_env=VAR`` (default ``$WMSPEC_SECRET``) or
   ``--secret_file=PATH``; never argv (visible to every user of the machine
   in ``ps`` and kept in shell histories).
@@ -62,6 +62,18 @@ def secret_from_flags(fv: flags.FlagValues = flags.FLAGS, *, allow_demo: bool) -
         return keys.resolve(fv["secret_env"].value, fv["secret_file"].value, allow_demo=allow_demo)
     except UnicodeDecodeError:
         raise ValueError(f"the watermark secret file {fv['secret_file'].value} is not UTF-8 text") from None
+
+
+def tool_secret(fv: flags.FlagValues, prog: str, stderr) -> keys.Secret:
+    """A console tool's secret: :func:`secret_from_flags`, else with ``--demo_secret`` the public demo
+    secret (said on ``stderr``). Raises ValueError naming what to do when there is no key source."""
+    if not (fv.secret_file or fv.secret_env or os.environ.get(keys.ENV_VAR)):
+        if not fv.demo_secret:
+            raise ValueError(f"no watermark key source: export the secret in ${keys.ENV_VAR}, or pass "
+                             "--secret_env=VAR / --secret_file=PATH (the key is never read from the command line)")
+        print(f"{prog}: using the PUBLIC demo secret (anyone can detect and forge its watermark)", file=stderr)
+        return keys.Secret(keys.DEMO_SECRET)
+    return secret_from_flags(fv, allow_demo=False)[0]
 
 
 def define_pair_flags(fv: flags.FlagValues = flags.FLAGS) -> None:

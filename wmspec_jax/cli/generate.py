@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 import sys
 import time
@@ -143,15 +142,8 @@ def _secret(fv, stderr) -> Optional[keys.Secret]:
 
     if not METHODS[fv.method].watermarks:
         return None
-    have = fv.secret_file or fv.secret_env or os.environ.get(keys.ENV_VAR)
-    if not have:
-        if not fv.demo_secret:
-            raise InputError(f"no watermark key source: export the secret in ${keys.ENV_VAR}, or pass "
-                             "--secret_env=VAR / --secret_file=PATH (the key is never read from the command line)")
-        print(f"{PROG}: using the PUBLIC demo secret (anyone can detect and forge its watermark)", file=stderr)
-        return keys.Secret(keys.DEMO_SECRET)
     try:
-        return cli_flags.secret_from_flags(fv, allow_demo=False)[0]
+        return cli_flags.tool_secret(fv, PROG, stderr)
     except ValueError as e:
         raise InputError(str(e)) from None
 

@@ -28,13 +28,18 @@ Pipeline (see ``docs/detection.md``):
 4. metrics — :mod:`.metrics`: ROC, AUC, TPR at FPR (threshold from
    negatives or from p-values) with bootstrap CIs, TPR vs length.
 5. :func:`save_detector` / :func:`load_detector` — key-free archives.
+6. :func:`score_texts` — what ``wmspec-detect`` runs on JSON records:
+   each line's settings and keys read and checked (:mod:`.lines`,
+   :class:`Overrides`), texts grouped by settings, scored by the requested
+   detectors, one result line per text (:mod:`.scoring`,
+   :class:`ScoringOptions`).
 """
 
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "bayes", "bayes_training", "common", "gumbel", "io", "kgw", "metrics", "provenance", "pvalues", "registry", "soft",
-    "streams", "synthid", "synthid_search", "weighted", "windows",
+    "bayes", "bayes_training", "common", "gumbel", "io", "kgw", "lines", "metrics", "provenance", "pvalues", "registry",
+    "scoring", "soft", "streams", "synthid", "synthid_search", "weighted", "windows",
 )
 _NAMES = {
     "ArsPrior": "gumbel",
@@ -45,6 +50,10 @@ _NAMES = {
     "Detector": "common",
     "GreenCount": "kgw",
     "GumbelStats": "streams",
+    "LineError": "lines",
+    "Overrides": "lines",
+    "ScoringOptions": "scoring",
+    "TextLine": "lines",
     "MeanTest": "synthid",
     "Oracle": "gumbel",
     "Provenance": "provenance",
@@ -80,7 +89,9 @@ _NAMES = {
     "score_bayes": "bayes",
     "score_oracle": "gumbel",
     "score_single": "gumbel",
+    "score_lines": "scoring",
     "score_soft": "soft",
+    "score_texts": "scoring",
     "statistics": "streams",
     "synthid_statistics": "streams",
     "synthid_weights": "synthid",

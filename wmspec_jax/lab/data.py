@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import json
 import os
 import pathlib
 import re
@@ -363,3 +364,17 @@ def encode_texts(encode: Callable[[str], Iterable[int]], texts: Sequence[str], m
                  *, too_long: str = "keep_first"):
     """Tokenise texts with ``encode`` and pack them (:func:`pack_prompts`; long texts keep their start)."""
     return pack_prompts([list(encode(t)) for t in texts], max_length, pad_id, too_long=too_long)
+
+
+def write_human_texts(path: str) -> int:
+    """Writes the built-in human texts (the ``builtin-eli5`` answers and ``builtin-c4`` openings) as JSONL
+    (``{"id", "source", "text"}`` per line, atomically); returns how many."""
+    from wmspec_jax import storage
+
+    rows = [{"id": f"builtin-eli5/{i}", "source": "builtin-eli5 answer", "text": t}
+            for i, t in enumerate(builtin_questions().human_texts)]
+    rows += [{"id": f"builtin-c4/{i}", "source": "builtin-c4 opening", "text": e.human}
+             for i, e in enumerate(builtin_openings().examples)]
+    rows = [r for r in rows if r["text"].strip()]
+    storage.atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return len(rows)
