@@ -4,62 +4,39 @@ r"""``wmspec-detect``: was this text watermarked with my key?
     wmspec-detect answer.txt                       # one text per file
     wmspec-generate prompts.txt --output=out.jsonl && wmspec-detect out.jsonl
     cat essay.txt | wmspec-detect --windowed       # a watermarked span inside human text
-    wmspec-detect --detector=results/quick/detectors/gumbel-ars-tau.npz out.jsonl
+    wmspec-detect --calibrate=my_human_texts.jsonl # the key's false-positive rate on your own texts
 
-(also ``python -m wmspec_jax.cli.detect``; the full guide is ``docs/tools.md``).
-Inputs: text files (one text each), JSONL (one JSON object per line, the text
-in ``--text_field``) or standard input, told apart by content whatever the
-file's name (``--input_format`` forces either). Every text is normalised
-before it is tokenised (:mod:`wmspec_jax.textnorm`: BOM, zero-width spaces,
-CRLF, no-break spaces, decomposed accents, surrounding whitespace), as
-``wmspec-generate`` normalises what it records, so a copy-paste variant
-scores exactly as the clean text. Inputs are read, scored and written
-:data:`CHUNK_TEXTS` texts at a time. Output: one JSON line per text — scored
-tokens, score, exact p-value and its log, the verdict at ``--alpha``, the
-detector and the provenance of the statistics (never the key) — or, on a
-terminal, a table; ``--output`` is written atomically.
+(also ``python -m wmspec_jax.cli.detect``; the guide is ``docs/tools.md``). Inputs: text files, JSONL
+(the text in ``--text_field``) or stdin, told apart by content; every text normalised
+(:mod:`wmspec_jax.textnorm`) as ``wmspec-generate`` normalises what it records, so a copy-paste variant
+scores as the clean text. Output: one JSON line per text (scored tokens, score, exact p-value, the
+verdict at ``--alpha``, the detector, the statistics' provenance; never the key), a table on a
+terminal; ``--output`` is written atomically. Inputs are streamed :data:`CHUNK_TEXTS` texts at a time.
 
-**Which key.** Plain text is scored with the secret itself (the key of
-``wmspec-generate``'s default ``--keys=deployment``), so a pasted answer is
-detected with the secret alone. A JSONL line is scored with the keys its
-``key_derivation`` names; a generation record without one is scored with the
-secret itself and a warning on stderr (``--keys=per_text``: with its ``run``
-and ``index``). ``--run=NAME --index=I`` scores plain text with the per-text
-keys of that run.
-
-**What a line says is checked** (:mod:`wmspec_jax.detect.lines`): its key
-fingerprint, PRF version and settings against the secret and any
-``--decoder`` / ``--synthid_layers`` / ``--context_width`` / ``--siblings``
-given — a conflict is an error naming the line (exit status 2), never a
-quiet "not detected"; ``--ignore_provenance`` scores anyway. Its recorded
-``tokens`` are scored after a check that they decode to its ``text``
-(``--score_text`` scores the text instead). Multi-draft lines are scored in
-each token's recorded sibling stream, other multi-draft text by a weighted
-search over ``--siblings`` streams (``--sibling_weights``); every p-value
-stays exact (``docs/multidraft.md``).
-
-**Which detector** (``--detector``, comma-separated registry names or saved
-files; the first is the primary): ``auto`` is the decoder's best key-only
-detector (:data:`wmspec_jax.detect.DEFAULTS`), a deterministic function of
-key, tokens and settings: resubmitting a text or an invisible variant of it
-cannot re-draw its verdict. ``--windowed`` adds the best window with a
-p-value corrected for the windows tried. Fewer than ``--min_tokens`` scored
-tokens: ``"not enough tokens"``, no p-value. ``--scheme_config`` scores
-another engine's watermark (``docs/interop.md``). A JSONL line that is not an
-object with a text is skipped and reported; a bad key file, no key source,
-binary or empty input, an ``--output`` that is an input, a link or a device,
-a size beyond the multi-draft cap of 64 paths are errors (exit status 2)
-before any scoring. The scoring itself is the library's
-:func:`wmspec_jax.detect.scoring.score_lines`.
-
-``--write_human_texts=PATH`` writes the built-in human texts and exits: score
-them with your key to see the false-positive rate at ``--alpha``.
+**Keys.** Plain text is scored with the secret itself (``wmspec-generate``'s default key), a JSONL line
+with the keys its ``key_derivation`` names; a generation record without one with the secret and a
+warning (``--keys=per_text``: its ``run`` and ``index``; ``--run`` / ``--index`` for plain text).
+**What a line says is checked** (:mod:`wmspec_jax.detect.lines`): key fingerprint, PRF version and
+settings against the secret and the ``--decoder`` / ``--synthid_layers`` / ``--context_width`` /
+``--siblings`` given — a conflict is an error naming the line, never a quiet "not detected"
+(``--ignore_provenance`` scores anyway) — and recorded ``tokens`` must decode to the line's ``text``
+(``--score_text`` scores the text). Multi-draft texts: each token in its recorded sibling stream, or a
+weighted search over ``--siblings`` streams; p-values stay exact (``docs/multidraft.md``).
+**Detectors** (``--detector``: registry names or saved files, the first primary): ``auto`` is the
+decoder's best key-only detector, a deterministic function of key, tokens and settings (a resubmitted
+variant cannot re-draw its verdict). ``--windowed`` adds the best window; fewer than ``--min_tokens``
+scored tokens: ``"not enough tokens"``; ``--scheme_config``: another engine's watermark.
+**One key over many texts**: texts that share (context, token) windows share keyed values, so a warning
+says when the inputs share most of theirs; ``--dedup=corpus`` scores each window once per input and
+``--calibrate`` measures the key's false-positive rate on your texts (``docs/repetitive_text.md``).
+Errors (exit status 2, before any scoring): no key source, binary or empty input, an ``--output`` that
+is an input, a link or a device, a size beyond the cap of 64 draft paths. The scoring is the library's
+:mod:`wmspec_jax.detect.scoring`. ``--write_human_texts=PATH`` writes the built-in human texts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import sys
 import time
@@ -69,8 +46,9 @@ from absl import flags
 
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli.texts import (InputError, check_not_empty, is_terminal, iter_inputs, load_tokenizer,
-                                  vocab_size, write_lines)
+from wmspec_jax.cli import outputs
+from wmspec_jax.cli.texts import (InputError, check_not_empty, ChunksFromFirstText, is_terminal, iter_inputs,
+                                  load_tokenizer, vocab_size, write_lines)
 from wmspec_jax.detect import lines, scoring
 
 PROG = "wmspec-detect"
@@ -117,6 +95,13 @@ def define_flags(fv: flags.FlagValues) -> None:
                        flag_values=fv)
     flags.DEFINE_integer("min_tokens", 8, "texts with fewer scored tokens get the verdict 'not enough tokens'",
                          lower_bound=1, flag_values=fv)
+    flags.DEFINE_enum("dedup", "none", list(scoring.DEDUP_CHOICES), "corpus: score each (context, token) window "
+                      "at most once over all the texts scored with the secret itself (first occurrence in input "
+                      "order), so the key's false positives over templated or repeated text are binomial",
+                      flag_values=fv)
+    flags.DEFINE_string("calibrate", None, "a file of your own human texts (JSONL or text): score them as the "
+                        "inputs and report the key's false-positive rate at --alpha with its exact interval on "
+                        "stderr (inputs optional)", flag_values=fv)
     flags.DEFINE_bool("windowed", False, "also report the best window (a watermarked span) with its corrected "
                       "p-value", flag_values=fv)
     flags.DEFINE_integer("min_window", 16, "shortest window of --windowed (tokens)", lower_bound=2, flag_values=fv)
@@ -142,17 +127,6 @@ def define_flags(fv: flags.FlagValues) -> None:
                         "false-positive check) and exit", flag_values=fv)
 
 
-def check_output(output: Optional[str], inputs: Optional[Sequence[str]], stdin=None,
-                 flag: str = "--output") -> None:
-    """Refuses, before any work, an output that is not a regular file or a new path (``-``: stdout, for
-    ``--output``), is one of the inputs (standard input included) or cannot be written
-    (:mod:`wmspec_jax.cli.outputs`). ``inputs`` None: the tool reads none."""
-    from wmspec_jax.cli import outputs
-
-    outputs.check_output_path(flag, output, inputs, stdin=stdin, allow_stdout=flag == "--output",
-                              consequence="the results would replace the texts")
-
-
 CHUNK_TEXTS = 16384
 """Texts read, scored and written at a time: a large input is streamed, never held in memory whole."""
 
@@ -174,6 +148,7 @@ class ScoringRun:
     tokens: int = 0
     searched: int = 0
     assumed_direct: list = dataclasses.field(default_factory=list)
+    corpus: scoring.Corpus = dataclasses.field(default_factory=scoring.Corpus)
     seconds: dict = dataclasses.field(default_factory=lambda: {"tokenize": 0.0, "score": 0.0})
 
 
@@ -191,9 +166,11 @@ def _start(fv, paths: Sequence[str], stderr, stdin=None) -> ScoringRun:
     options = scoring.ScoringOptions(alpha=fv.alpha, min_tokens=fv.min_tokens, windowed=fv.windowed,
                                      min_window=fv.min_window, batch_size=fv.batch_size, tau=fv.tau,
                                      draft_fraction=fv.draft_fraction, kgw_gamma=fv.kgw_gamma,
-                                     sibling_weights=None if fv.sibling_weights is None else tuple(fv.sibling_weights))
+                                     sibling_weights=None if fv.sibling_weights is None else tuple(fv.sibling_weights),
+                                     dedup=fv.dedup)
     overrides = _overrides(fv)
-    check_output(fv.output, list(fv.input) + list(paths) + [p for p in [fv.scheme_config] if p], stdin=stdin)
+    outputs.check_output_path("--output", fv.output, list(fv.input) + list(paths) + [
+        p for p in [fv.scheme_config, fv.calibrate] if p], stdin=stdin, consequence="the results would replace the texts")
     if fv.scheme_config is not None:  # another engine's watermark: its file holds the key
         from wmspec_jax.interop import foreign
 
@@ -247,7 +224,8 @@ def _score_chunk(run_state: ScoringRun, inputs: Sequence, first_number: int) -> 
                                 offsets=offsets[k], assumed_direct=run_state.assumed_direct)
                 for k, (x, toks) in enumerate(zip(inputs, ids))]
         t1 = time.perf_counter()
-        out = scoring.score_lines(run_state.secret, read, run_state.specs, run_state.options, run_state.vocab)
+        out = scoring.score_lines(run_state.secret, read, run_state.specs, run_state.options, run_state.vocab,
+                                  run_state.corpus)
         run_state.searched += sum(line.sibling_weights is not None for line in read)
     run_state.seconds["tokenize"] += t1 - t0
     run_state.seconds["score"] += time.perf_counter() - t1
@@ -283,26 +261,15 @@ def _results(run_state: ScoringRun, paths: Sequence[str], stdin, stderr, run_out
 
 
 def _scored_chunks(run_state: ScoringRun, texts, skipped: list, stderr):
-    """Yields the result lines chunk by chunk; returns whether any text had a non-space character.
-    Nothing is scored before the first such text is read: input with none is an error with no output."""
-    reported, number, any_text = 0, 0, False
-    held: list = []  # empty texts read before the first non-empty one
-    while True:
-        chunk = list(itertools.islice(texts, CHUNK_TEXTS))
-        for where, why in skipped[reported:]:
-            print(f"{PROG}: skipped {where}: {why}", file=stderr)
-        reported = len(skipped)
-        if not chunk:
-            return any_text
-        if not any_text:
-            any_text = any(x.text.strip() for x in chunk)
-            if not any_text:
-                held += chunk
-                continue
-            chunk, held = held + chunk, []
-        for start in range(0, len(chunk), CHUNK_TEXTS):
-            yield from _score_chunk(run_state, chunk[start:start + CHUNK_TEXTS], number + start)
-        number += len(chunk)
+    """Yields the result lines chunk by chunk (:func:`.texts.ChunksFromFirstText`); returns whether any
+    text had a non-space character."""
+    def report(where, why):
+        print(f"{PROG}: skipped {where}: {why}", file=stderr)
+
+    chunks = ChunksFromFirstText(texts, CHUNK_TEXTS, skipped, report)
+    for number, chunk in chunks:
+        yield from _score_chunk(run_state, chunk, number)
+    return chunks.any_text
 
 
 def _report(run_state: ScoringRun, stderr) -> None:
@@ -313,9 +280,36 @@ def _report(run_state: ScoringRun, stderr) -> None:
               f"key_derivation (first: {first}): scored with the secret itself (deployment keys, as "
               "wmspec-generate's default); if they were generated with per-text keys, pass --keys=per_text",
               file=stderr)
+    if run_state.options.dedup == "none":
+        for warning in run_state.corpus.warnings():
+            print(f"{PROG}: warning: {warning} (--dedup=corpus)", file=stderr)
     if run_state.fv.sibling_weights is not None and run_state.searched == 0:
         print(f"{PROG}: --sibling_weights unused: no text was searched over sibling streams (each was one "
               "chain, or its line records the stream of every token)", file=stderr)
+
+
+def _calibrate(fv, stderr) -> None:
+    """``--calibrate``: the key's false-positive rate on the user's human texts, scored as the inputs
+    are (detector, settings, dedup), with its exact interval (:func:`wmspec_jax.detect.corpus.calibrate`)."""
+    from wmspec_jax.detect import corpus
+
+    run_state = _start(fv, [], stderr)
+    skipped: list = []
+    texts = iter_inputs([fv.calibrate], fmt=fv.input_format, field=fv.text_field, skipped=skipped)
+    try:
+        results = list(_scored_chunks(run_state, texts, skipped, stderr))
+    finally:
+        texts.close()
+    try:
+        cal = corpus.calibrate([1.0 if r["pvalue"] is None and r["verdict"] == scoring.NOT_ENOUGH else
+                                float("nan") if r["pvalue"] is None else r["pvalue"] for r in results],
+                               alpha=fv.alpha, num_scored=[r["num_scored"] for r in results], min_tokens=fv.min_tokens)
+    except ValueError as e:
+        raise InputError(f"--calibrate={fv.calibrate}: {e}") from None
+    print(f"{PROG}: --calibrate={fv.calibrate}: {cal.summary()}", file=stderr)
+    _report(run_state, stderr)
+    if cal.warning:
+        print(f"{PROG}: warning: {cal.warning}", file=stderr)
 
 
 def _timing_line(run_state: ScoringRun) -> str:
@@ -342,7 +336,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
         return status
     if fv.write_human_texts:
         try:
-            check_output(fv.write_human_texts, None, flag="--write_human_texts")
+            outputs.check_output_path("--write_human_texts", fv.write_human_texts, None, allow_stdout=False)
             from wmspec_jax.lab import data
 
             n = data.write_human_texts(fv.write_human_texts)
@@ -365,6 +359,10 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
                 write(json.dumps(line, ensure_ascii=False) + "\n")
 
     try:
+        if fv.calibrate:
+            _calibrate(fv, stderr)
+            if not (paths or fv.input):  # only the calibration was asked for
+                return 0
         results = iter_results(fv, paths, stdin=stdin, stderr=stderr, run_out=finished_runs)  # checks all first
         if fv.output is not None and fv.output != "-":
             from wmspec_jax import storage

@@ -242,3 +242,34 @@ def is_terminal(stream) -> bool:
 
 __all__ = ["FORMATS", "InputError", "InputText", "check_not_empty", "is_terminal", "iter_inputs", "load_tokenizer",
            "read_inputs", "vocab_size", "write_lines"]
+
+
+class ChunksFromFirstText:
+    """Chunks of at most ``size`` texts of ``texts``, as ``(number of its first text, chunk)``, where
+    nothing is yielded before a text with a non-space character is read: empty texts read before it
+    are held and yielded with it, and input with none yields nothing (:attr:`any_text` stays False; a
+    tool then reports empty input with no output written). ``report(where, why)`` is called for each
+    line the reader skipped (``skipped``, filled by :func:`iter_inputs`) as soon as it is known."""
+
+    def __init__(self, texts, size: int, skipped: list, report):
+        self.texts, self.size, self.skipped, self.report = texts, size, skipped, report
+        self.any_text = False
+
+    def __iter__(self):
+        reported, number, held = 0, 0, []
+        while True:
+            chunk = list(itertools.islice(self.texts, self.size))
+            for where, why in self.skipped[reported:]:
+                self.report(where, why)
+            reported = len(self.skipped)
+            if not chunk:
+                return
+            if not self.any_text:
+                self.any_text = any(x.text.strip() for x in chunk)
+                if not self.any_text:
+                    held += chunk
+                    continue
+                chunk, held = held + chunk, []
+            for start in range(0, len(chunk), self.size):
+                yield number + start, chunk[start:start + self.size]
+            number += len(chunk)

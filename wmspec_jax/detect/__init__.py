@@ -28,7 +28,12 @@ Pipeline (see ``docs/detection.md``):
 4. metrics — :mod:`.metrics`: ROC, AUC, TPR at FPR (threshold from
    negatives or from p-values) with bootstrap CIs, TPR vs length.
 5. :func:`save_detector` / :func:`load_detector` — key-free archives.
-6. :func:`score_texts` — what ``wmspec-detect`` runs on JSON records:
+6. :mod:`.corpus` — one key over many texts: :func:`dedup_corpus` (each
+   (context, token) window scored once per corpus, so a key's false
+   positives over templated text are binomial), the shared-context
+   warning, :func:`calibrate` (a key's false-positive rate on the user's
+   human texts, exact interval).
+7. :func:`score_texts` — what ``wmspec-detect`` runs on JSON records:
    each line's settings and keys read and checked (:mod:`.lines`,
    :class:`Overrides`), texts grouped by settings, scored by the requested
    detectors, one result line per text (:mod:`.scoring`,
@@ -38,7 +43,7 @@ Pipeline (see ``docs/detection.md``):
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "bayes", "bayes_training", "common", "gumbel", "io", "kgw", "lines", "metrics", "provenance", "pvalues", "registry",
+    "bayes", "bayes_training", "common", "corpus", "gumbel", "io", "kgw", "lines", "metrics", "provenance", "pvalues", "registry",
     "scoring", "soft", "streams", "synthid", "synthid_search", "weighted", "windows",
 )
 _NAMES = {
@@ -46,6 +51,9 @@ _NAMES = {
     "ArsTau": "gumbel",
     "Bayes": "bayes",
     "BayesConfig": "bayes",
+    "Calibration": "corpus",
+    "CorpusWindows": "corpus",
+    "SHARED_CONTEXT_THRESHOLD": "corpus",
     "DEFAULTS": "registry",
     "Detector": "common",
     "GreenCount": "kgw",
@@ -68,9 +76,13 @@ _NAMES = {
     "TrainConfig": "bayes_training",
     "ars_prior_detector": "gumbel",
     "binomial_half_log_sf": "pvalues",
+    "calibrate": "corpus",
     "check_compatible": "provenance",
+    "count_windows": "corpus",
     "decision_scores": "common",
+    "dedup_corpus": "corpus",
     "draft_fraction": "streams",
+    "empty_windows": "corpus",
     "fit_ars_tau": "gumbel",
     "fit_soft": "soft",
     "from_saved": "registry",
@@ -92,6 +104,9 @@ _NAMES = {
     "score_lines": "scoring",
     "score_soft": "soft",
     "score_texts": "scoring",
+    "shared_context_fraction": "corpus",
+    "shared_context_warning": "corpus",
+    "min_calibration_texts": "corpus",
     "statistics": "streams",
     "synthid_statistics": "streams",
     "synthid_weights": "synthid",

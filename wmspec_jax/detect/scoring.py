@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -37,12 +37,19 @@ from wmspec_jax.detect.lines import LineError, Overrides, TextLine, read_line, r
 from wmspec_jax.detect.lines import conflict as _conflict
 
 NOT_ENOUGH = "not enough tokens"
+DEDUP_CHOICES = ("none", "corpus")
+"""``"corpus"``: each (context, token) window scored at most once per corpus (:mod:`.corpus`)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ScoringOptions:
     """How texts are scored and judged (``wmspec-detect``'s flags of the same names).
 
+    ``dedup="corpus"``: texts scored with the secret itself (one key for
+    all) score each (context, token) window at most once per corpus, at its
+    first occurrence in input order (:func:`.corpus.dedup_corpus`), so the
+    count of false positives of the key over the corpus is binomial; texts
+    with per-text keys share no keyed values and are left as they are.
     ``tau``, ``draft_fraction``, ``kgw_gamma``: detector options for every
     text (None: a line's ``draft_fraction`` / ``kgw_gamma``, else the
     detector's default). ``sibling_weights``: the weights of the search over
@@ -59,6 +66,7 @@ class ScoringOptions:
     draft_fraction: Optional[float] = None
     kgw_gamma: Optional[float] = None
     sibling_weights: Optional[tuple] = None
+    dedup: str = "none"
 
     def __post_init__(self):
         # NaN passes absl's bounds (it compares false to every bound); each message names the tool's flag
@@ -71,6 +79,8 @@ class ScoringOptions:
             raise LineError(f"--tau must be a number in [0, 1], got {self.tau}")
         if self.kgw_gamma is not None and not inside(self.kgw_gamma, 0.0, 1.0, False, False):
             raise LineError(f"--kgw_gamma must lie in (0, 1), got {self.kgw_gamma}")
+        if self.dedup not in DEDUP_CHOICES:
+            raise LineError(f"--dedup={self.dedup}: one of {', '.join(DEDUP_CHOICES)}")
         if self.draft_fraction is not None and not inside(self.draft_fraction, 0.0, 1.0):
             raise LineError(f"--draft_fraction must be a number in [0, 1], got {self.draft_fraction}")
         if self.sibling_weights is not None:
@@ -274,7 +284,7 @@ def _group_detectors(lines: Sequence[TextLine], specs, options: ScoringOptions, 
 
 
 def _batch_statistics(secret, rows: Sequence[TextLine], vocab: int):
-    """The statistics of one padded batch of lines of one group."""
+    """(statistics, int32[B, L] token ids) of one padded batch of lines of one group."""
     from wmspec_jax import decoders, detect
 
     first = rows[0]
@@ -292,11 +302,12 @@ def _batch_statistics(secret, rows: Sequence[TextLine], vocab: int):
     elif first.siblings > 1:
         extra["sibling_weights"] = first.sibling_weights
     decoder = decoders.WatermarkDecoder.from_name
-    return detect.statistics(decoder(first.decoder, max(first.num_layers, 1)), tokens, stream_keys(secret, rows),
-                             vocab_size=vocab, lengths=np.array([len(line.ids) for line in rows], np.int32),
-                             context_width=first.context_width, prf_version=first.prf_version,
-                             draft_decoder=None if first.draft_decoder is None else decoder(first.draft_decoder),
-                             **extra)
+    stats = detect.statistics(decoder(first.decoder, max(first.num_layers, 1)), tokens, stream_keys(secret, rows),
+                              vocab_size=vocab, lengths=np.array([len(line.ids) for line in rows], np.int32),
+                              context_width=first.context_width, prf_version=first.prf_version,
+                              draft_decoder=None if first.draft_decoder is None else decoder(first.draft_decoder),
+                              **extra)
+    return stats, tokens
 
 
 def _score_batch(detectors, stats, options: ScoringOptions) -> list:
@@ -326,7 +337,48 @@ def _empty_result(line: TextLine, detectors, options: ScoringOptions, provenance
     return result_line(line, results, provenance)
 
 
-def score_group(secret, lines: Sequence[TextLine], specs, options: ScoringOptions, vocab: int) -> None:
+class _Rows(NamedTuple):
+    mask: np.ndarray
+    provenance: object
+
+
+@dataclasses.dataclass
+class Corpus:
+    """The windows scored so far of the texts scored with the secret itself, one state per (decoder, h):
+    what corpus-level dedup and the shared-context warning carry from batch to batch (:mod:`.corpus`)."""
+
+    windows: dict = dataclasses.field(default_factory=dict)
+
+    def add(self, line: TextLine, stats, tokens: np.ndarray, num_rows: int, dedup: bool):
+        """Counts (``dedup``: and dedups) the first ``num_rows`` rows of a batch of ``line``'s group;
+        returns the statistics to score (padding rows then score nothing)."""
+        from wmspec_jax.detect import corpus
+
+        group = (line.decoder, line.draft_decoder, line.context_width, line.prf_version)
+        state = self.windows.get(group)
+        mask = np.asarray(stats.mask, bool)
+        rows = _Rows(mask[:num_rows], stats.provenance)  # the batch without its padding rows
+        if not dedup:
+            self.windows[group] = corpus.count_windows(rows, tokens[:num_rows], state)
+            return stats
+        kept, self.windows[group] = corpus.dedup_corpus(rows, tokens[:num_rows], state)
+        new_mask = np.zeros_like(mask)
+        new_mask[:num_rows] = kept.mask
+        if isinstance(stats.mask, np.ndarray):
+            return stats._replace(mask=new_mask)
+        import jax.numpy as jnp
+
+        return stats._replace(mask=jnp.asarray(new_mask, dtype=jnp.asarray(stats.mask).dtype))
+
+    def warnings(self) -> list:
+        """The shared-context warning of each state whose texts share most of their scored windows."""
+        from wmspec_jax.detect import corpus
+
+        return [w for state in self.windows.values() if (w := corpus.shared_context_warning(state))]
+
+
+def score_group(secret, lines: Sequence[TextLine], specs, options: ScoringOptions, vocab: int,
+                corpus_state: Optional[Corpus] = None) -> None:
     """Scores the lines of one settings group (equal :attr:`TextLine.group`); fills each ``line.result``."""
     from wmspec_jax.detect.provenance import Provenance
 
@@ -343,27 +395,42 @@ def score_group(secret, lines: Sequence[TextLine], specs, options: ScoringOption
             provenance = Provenance(line.decoder, line.num_layers, line.context_width, line.prf_version,
                                     secret.fingerprint, line.derivation, line.draft_decoder, line.siblings)
             line.result = _empty_result(line, detectors, options, provenance)
-    order = sorted((line for line in lines if len(line.ids) > line.context_width), key=lambda line: len(line.ids))
+    scorable = [line for line in lines if len(line.ids) > line.context_width]
+    # one key for every text: texts share keyed values where they share windows
+    shared_key = corpus_state is not None and first.run is None
+    dedup = shared_key and options.dedup == "corpus"
+    order = scorable if dedup else sorted(scorable, key=lambda line: len(line.ids))  # dedup: input order
     for start in range(0, len(order), options.batch_size):
         chunk = order[start:start + options.batch_size]
         # rows padded with repeats of the first text (scored and dropped) to a power of two
         rows = chunk + [chunk[0]] * (min(_bucket(len(chunk), low=8), options.batch_size) - len(chunk))
-        stats = _batch_statistics(secret, rows, vocab)
+        stats, tokens = _batch_statistics(secret, rows, vocab)
+        if shared_key:
+            stats = corpus_state.add(first, stats, tokens, len(chunk), dedup)
         per_detector = _score_batch(detectors, stats, options)
         for row, line in enumerate(chunk):
             results = [detector_result(d, spec, score[row], int(n[row]), float(lp[row]), options,
                                        None if win is None else [x[row] for x in win], line)
                        for spec, d, (score, n, lp), win in per_detector]
             line.result = result_line(line, results, stats.provenance)
+            if dedup:
+                line.result["dedup"] = "corpus"
 
 
-def score_lines(secret, lines: Sequence[TextLine], specs, options: ScoringOptions, vocab: int) -> list:
-    """The result line of each :class:`TextLine` (in input order), scored group by group."""
+def score_lines(secret, lines: Sequence[TextLine], specs, options: ScoringOptions, vocab: int,
+                corpus_state: Optional[Corpus] = None) -> list:
+    """The result line of each :class:`TextLine` (in input order), scored group by group.
+
+    ``corpus_state``: the :class:`Corpus` of the texts before these (a tool scoring its input in
+    chunks passes one for the whole input; None: these lines are the whole corpus). Its
+    :meth:`Corpus.warnings` say whether the texts share most of their scored windows.
+    """
+    corpus_state = Corpus() if corpus_state is None else corpus_state
     groups: dict = {}
     for line in lines:
         groups.setdefault(line.group, []).append(line)
     for group in groups.values():
-        score_group(secret, group, specs, options, vocab)
+        score_group(secret, group, specs, options, vocab, corpus_state)
     return [line.result for line in lines]
 
 

@@ -42,7 +42,7 @@ import functools
 import glob
 import os
 import warnings
-from typing import Optional, Sequence
+from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -111,11 +111,6 @@ class RunSpec:
             method=self.method, decoder=self.watermark_decoder, lookahead=self.lookahead,
             max_new_tokens=max_new_tokens, temperature=self.temperature, top_k=top_k,
             context_width=context_width, eos_id=eos_id, pad_id=pad_id, **multidraft.parse_shape(self.drafts))
-
-
-def text_keys(secret, indices: Sequence[int], run: str = "") -> keys.StreamKeys:
-    """Per-text stream keys of texts ``indices`` of run ``run``: :func:`wmspec_jax.keys.text_keys`."""
-    return keys.text_keys(secret, indices, run=run)
 
 
 @functools.partial(jax.jit, static_argnames=("target",))
