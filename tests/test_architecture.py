@@ -1,5 +1,5 @@
 """The house's rules, checked on the source: layers import downwards only, no import cycles, scripts are
-modules, the package ships only what it needs, and the product's files speak of the product."""
+modules and thin flag shells, the package ships only what it needs, and the product's files speak of the product."""
 
 import ast
 import collections
@@ -107,6 +107,23 @@ def test_scripts_are_modules_without_path_edits():
             if f.endswith(".py"):
                 source = open(os.path.join(ROOT, folder, f), encoding="utf-8").read()
                 assert "sys.path.insert" not in source and "sys.path.append" not in source, f"{folder}/{f}"
+
+
+# An experiment script holds its flags, main() and progress lines; what it computes lives in the lab,
+# where the tests, the notebooks and other scripts reach it.
+MAX_SCRIPT_LINES = 150
+
+
+def test_experiment_scripts_are_thin_flag_shells():
+    folder = os.path.join(ROOT, "experiments")
+    long = {}
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".py"):
+            with open(os.path.join(folder, f), encoding="utf-8") as fh:
+                lines = len(fh.read().splitlines())
+            if lines > MAX_SCRIPT_LINES:
+                long[f"experiments/{f}"] = lines
+    assert not long, f"experiment scripts over {MAX_SCRIPT_LINES} lines (move the logic to wmspec_jax/lab): {long}"
 
 
 def test_the_package_ships_only_the_default_draft():

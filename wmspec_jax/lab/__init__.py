@@ -14,6 +14,12 @@ module                              idea
 :mod:`.speed`                       Tables 1-2: :func:`run_speculative`
 :mod:`.detection_experiment`        Figs. 2 and 5: :func:`run_detection` (saves the fitted detectors)
 :mod:`.robustness`                  edits 0-50 %: :func:`run_robustness` and its figures
+:mod:`.tradeoff_experiment`         Fig. 1: :func:`~.tradeoff_experiment.run_tradeoff` (curves, points, cache, figure)
+:mod:`.decoder_comparison`          every decoder under every method: :func:`~.decoder_comparison.run_comparison`
+:mod:`.distill_data`                the built-in drafts' training samples (the target's continuations)
+:mod:`.distill`                     the adapter draft's recipe (LoRA on kept target layers)
+:mod:`.distill_features`            the feature draft's recipe (a head on the target's features)
+:mod:`.corpora`                     human corpora that repeat themselves (form letters, code, tables, ...)
 :mod:`.tables`, :mod:`.plots`       CSV / markdown tables and figures
 ==================================  =====================================================================
 
@@ -26,8 +32,9 @@ SciPy).
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "data", "detection_experiment", "edits", "evaluation", "harness", "pairs", "plots", "robustness", "runs",
-    "settings", "speed", "tables",
+    "corpora", "data", "decoder_comparison", "detection_experiment", "distill", "distill_data", "distill_features", "edits",
+    "evaluation", "harness", "pairs", "plots", "robustness", "runs", "settings", "speed", "tables",
+    "tradeoff_experiment",
 )
 _NAMES = {
     "detection_runs": "detection_experiment", "detection_texts": "detection_experiment",
