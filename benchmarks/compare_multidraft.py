@@ -30,7 +30,7 @@ import jax
 import numpy as np
 from absl import app, flags
 
-from wmspec_jax import decoders, multidraft, prf, speculative, storage, toy
+from wmspec_jax import decoders, multidraft, prf, sources, speculative, storage, toy
 from wmspec_jax.detect import gumbel, streams, synthid
 
 flags.DEFINE_enum("pair", "toy", ["toy", "builtin"], "model pair: the Markov toy pair or the built-in pair")
@@ -100,7 +100,7 @@ def main(argv):
                                        draft=draft, draft_params=dp)
             texts = dict(vocab_size=v, lengths=np.asarray(res.lengths), starts=np.asarray(prompt_lengths))
             toks, src, cand = np.asarray(res.tokens), np.asarray(res.source), np.asarray(res.candidate)
-            drafts = cand[src == speculative.SOURCE_DRAFT]
+            drafts = cand[src == sources.SOURCE_DRAFT]
             row = {"decoder": decoder.label, "draft_shape": text,
                    "settings": {k: list(x) if isinstance(x, tuple) else x for k, x in kw.items()},
                    "siblings": siblings, "tokens_per_step": float(np.mean(res.tokens_per_step_mean())),

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from wmspec_jax import detect, keys, lab, sampling, speculative, storage, toy
+from wmspec_jax import detect, keys, lab, sampling, sources, speculative, storage, toy
 from wmspec_jax.lab import evaluation, pairs, runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -248,7 +248,7 @@ def test_multi_draft_shapes_run_next_to_one_chain(tmp_path):
     assert list(t["multi"]) == ["2d"]  # the tree's depth is 3, not --detect_lookahead
     multi = t["multi"]["2d"]
     assert multi["siblings"] == 2 and multi["run"] == "pseudorandom-gumbel-K2-T0.5-D2d"
-    assert multi["candidate"].max() == 1 and multi["candidate"][multi["source"] != speculative.SOURCE_DRAFT].max() == 0
+    assert multi["candidate"].max() == 1 and multi["candidate"][multi["source"] != sources.SOURCE_DRAFT].max() == 0
     res = evaluation.evaluate("gumbel", t, lengths=s.tpr_lengths, roc_length=8, vocab_size=harness.pair.vocab_size,
                               context_width=4, num_resamples=s.num_resamples, multi_draft=t["multi"])
     md = res["multi_draft"]["2d"]

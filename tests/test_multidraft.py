@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests import stats
-from wmspec_jax import decoders, multidraft, prf, sampling, speculative, theory, toy
+from wmspec_jax import decoders, multidraft, prf, sampling, sources, speculative, theory, toy
 from wmspec_jax.speculative import SpeculativeConfig
 
 GUMBEL = decoders.WatermarkDecoder("gumbel")
@@ -246,9 +246,9 @@ def test_each_draft_token_is_the_gumbel_max_draw_of_its_sibling_stream():
                                draft_params=dp)
     tokens, source = np.asarray(res.tokens), np.asarray(res.source)
     cand, marked = np.asarray(res.candidate), np.asarray(res.watermarked)
-    draft_at = (source == speculative.SOURCE_DRAFT) & marked
+    draft_at = (source == sources.SOURCE_DRAFT) & marked
     assert draft_at.sum() > 500 and (cand[draft_at] > 0).sum() > 100
-    assert (cand[source != speculative.SOURCE_DRAFT] == 0).all() and cand.max() <= 2
+    assert (cand[source != sources.SOURCE_DRAFT] == 0).all() and cand.max() <= 2
     rows, cols = np.nonzero(draft_at)
     contexts = np.stack([tokens[rows, cols - h + i] for i in range(h)], axis=1)
     seeds = prf.candidate_seeds(prf.context_seeds(np.asarray(keys)[rows, prf.Stream.DRAFT], contexts), cand[rows, cols])
@@ -328,7 +328,7 @@ def test_transformer_caches_keep_the_accepted_path(kind):
         np.testing.assert_allclose(logp, np.log(p_all[np.arange(start - 1, len(seq) - 1), seq[start:]]), atol=2e-4)
         step_starts = start + np.concatenate([[0], np.cumsum(np.asarray(res.tokens_per_step[row]))[:-1]])
         for t in step_starts[step_starts < len(seq)]:
-            if res.source[row, t] != speculative.SOURCE_DRAFT or res.candidate[row, t] != 0:
+            if res.source[row, t] != sources.SOURCE_DRAFT or res.candidate[row, t] != 0:
                 continue
             if q_all is None:  # the feature draft at the step's first position reads the target's features
                 q_all = feature_draft_probs(drafted, seq, feats)
@@ -399,7 +399,7 @@ def test_synthid_records_give_each_draft_token_its_own_stream():
     sibling0 = streams.synthid_statistics(toks, keys, m, **texts)
     null = streams.synthid_statistics(toks, prf.stream_keys([f"o{i}" for i in range(n)]), m, siblings=3, candidate=cand,
                                       **texts)
-    picked = np.asarray(own.mask) & (np.asarray(res.source) == speculative.SOURCE_DRAFT) & (cand > 0)
+    picked = np.asarray(own.mask) & (np.asarray(res.source) == sources.SOURCE_DRAFT) & (cand > 0)
     assert picked.sum() >= 100
     g_own, g_zero, g_null = (np.asarray(s.g_draft)[picked] for s in (own, sibling0, null))
     sd = np.sqrt(0.25 / g_own.size)

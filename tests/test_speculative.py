@@ -16,7 +16,7 @@ from scipy import stats as sstats
 
 from tests import stats
 from tests.multidevice import xla_flags_with_devices
-from wmspec_jax import decoders, prf, speculative, theory, toy
+from wmspec_jax import decoders, prf, sources, speculative, theory, toy
 from wmspec_jax.speculative import SpeculativeConfig
 
 GUMBEL = decoders.WatermarkDecoder("gumbel")
@@ -97,7 +97,7 @@ def test_thm41_for_the_decoders_beyond_the_paper(method, k, top_k, decoder):
     if k:
         first = np.asarray(res.source[:, len(PROMPT)])
         tv = 0.5 * np.abs(p_tab[PROMPT[-1]] - q_tab[PROMPT[-1]]).sum()
-        stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - tv,
+        stats.assert_binomial_rate(int((first == sources.SOURCE_DRAFT).sum()), first.size, 1 - tv,
                                    f"{method}/{decoder.name} acceptance")
 
 
@@ -118,7 +118,7 @@ def test_thm41_beyond_the_paper_with_hu_and_a_temperature(decoder, method, tempe
     stats.assert_counts_match(counts, toy.sequence_probs(p_t, PROMPT[-1], 3), f"{method}/{decoder.name}/T")
     first = np.asarray(res.source[:, len(PROMPT)])
     tv = 0.5 * np.abs(p_t[PROMPT[-1]] - q_t[PROMPT[-1]]).sum()
-    stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - tv, "acceptance")
+    stats.assert_binomial_rate(int((first == sources.SOURCE_DRAFT).sum()), first.size, 1 - tv, "acceptance")
 
 
 @pytest.mark.parametrize("draft_decoder,decoder,top_k", [(GUMBEL, SYNTH, None), (DIPMARK, INVERSE, 2)],
@@ -135,12 +135,12 @@ def test_thm41_with_different_decoders_for_draft_and_target(draft_decoder, decod
     stats.assert_counts_match(counts[probs > 0], probs[probs > 0], f"{draft_decoder.name} draft / {decoder.name}")
     first = np.asarray(res.source[:, len(PROMPT)])
     tv = 0.5 * np.abs(p_tab[PROMPT[-1]] - q_tab[PROMPT[-1]]).sum()
-    stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - tv, "acceptance")
+    stats.assert_binomial_rate(int((first == sources.SOURCE_DRAFT).sum()), first.size, 1 - tv, "acceptance")
     # the first draft and its acceptance depend on ζ^D, ζ^R and the draft decoder only: the same as when
     # the draft decoder is also the target's
     alone = run("pseudorandom", 2, draft_decoder, n=10_000, top_k=top_k)
     assert np.array_equal(np.asarray(alone.source[:, len(PROMPT)]), first)
-    drafted = first == speculative.SOURCE_DRAFT
+    drafted = first == sources.SOURCE_DRAFT
     assert np.array_equal(toks[drafted, 0], generated(alone, 1)[drafted, 0])
 
 
@@ -219,7 +219,7 @@ def test_thm41b_acceptance_rate_and_tokens_per_step(method, decoder):
     p = len(PROMPT)
     first = np.asarray(res.source[:, p])
     assert np.isfinite(np.asarray(res.accept_u[:, p])).all()
-    stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - TV, method)
+    stats.assert_binomial_rate(int((first == sources.SOURCE_DRAFT).sum()), first.size, 1 - TV, method)
     per_step = np.asarray(res.tokens_per_step[:, 0]).astype(np.float64)
     stats.assert_mean_close(per_step, float(theory.expected_tokens_per_step(1 - TV, 2)), f"{method} tokens/step")
 
@@ -337,13 +337,13 @@ def test_eos_budget_and_records():
         assert (toks[b, lengths[b] :] == 0).all()
         assert (src[b, p : lengths[b]] >= 0).all() and (src[b, lengths[b] :] == -1).all()
     u = np.asarray(res.accept_u)
-    drafted = src == speculative.SOURCE_DRAFT
+    drafted = src == sources.SOURCE_DRAFT
     prob = np.asarray(res.accept_prob)
     # accepted drafts passed their test, residuals failed it, bonus tokens had none
     assert (u[drafted] < prob[drafted]).all()
-    resid = src == speculative.SOURCE_RESIDUAL
+    resid = src == sources.SOURCE_RESIDUAL
     assert (u[resid] >= prob[resid]).all()
-    assert np.isnan(u[src == speculative.SOURCE_TARGET]).all()
+    assert np.isnan(u[src == sources.SOURCE_TARGET]).all()
 
 
 @pytest.mark.parametrize("method,k,kw", [("pseudorandom", 3, dict(eos_id=2)), ("plain", 0, dict(eos_id=2)),
@@ -380,7 +380,7 @@ def test_records_are_rebuildable_from_text_and_key():
     assert np.array_equal(acc[tested], np.asarray(res.accept_u)[tested])
     draft_seeds = prf.context_seeds(keys[:, None, prf.Stream.DRAFT], ctx)
     choice = np.asarray(decoders.gumbel_max_token(jnp.asarray(np.log(Q_TAB))[toks[:, :-1]], prf.vocab_uniforms(draft_seeds[:, 1:], V)))
-    from_draft = (src[:, 1:] == speculative.SOURCE_DRAFT) & wm[:, 1:]
+    from_draft = (src[:, 1:] == sources.SOURCE_DRAFT) & wm[:, 1:]
     assert np.array_equal(choice[from_draft], toks[:, 1:][from_draft])
 
 
@@ -562,4 +562,4 @@ def test_thm41_with_top_k_candidates(method, decoder):
     stats.assert_counts_match(counts[probs > 0], probs[probs > 0], f"{method}/{decoder.kind} top-k")
     first = np.asarray(res.source[:, len(PROMPT)])
     tv = 0.5 * np.abs(p_k[PROMPT[-1]] - q_k[PROMPT[-1]]).sum()
-    stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size, 1 - tv, f"{method} top-k")
+    stats.assert_binomial_rate(int((first == sources.SOURCE_DRAFT).sum()), first.size, 1 - tv, f"{method} top-k")

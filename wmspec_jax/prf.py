@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax.prf_keys import (  # noqa: F401  (re-exported: the construction's constants and keys)
+from wmspec_jax.prf_keys import (  # noqa: F401  (prf_keys is this module's JAX-free half: one import point)
     _MIX_1,
     _MIX_2,
     _MUL_CANDIDATE,
@@ -67,7 +67,6 @@ from wmspec_jax.prf_keys import (  # noqa: F401  (re-exported: the construction'
     Lane,
     Stream,
     WatermarkKey,
-    _key_bytes,
     check_context_width,
     check_prf_version,
     same_construction,

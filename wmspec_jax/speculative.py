@@ -31,12 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, methods, multidraft, prf, sampling, stages, validation
+from wmspec_jax import decoders, multidraft, prf, sampling, stages, validation
 from wmspec_jax.lm import DraftModel, LanguageModel
 from wmspec_jax.methods import METHODS, Method
-from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET  # noqa: F401
-
-MethodSpec = Method  # the name of the method description before it became a class of its own
 
 MAX_LOOKAHEAD = 32
 """Largest K accepted: the loop body drafts K tokens in sequence (compiled unrolled)."""

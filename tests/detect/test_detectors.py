@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import wmspec_jax.detect as det
-from wmspec_jax import keys, prf
+from wmspec_jax import keys, prf, sampling
 
 V = 24
 SECRET = keys.Secret("detectors-test")
@@ -205,7 +205,7 @@ def test_ars_prior_has_no_seed_to_draw_again():
     assert "seed" not in d.config
     with pytest.raises(TypeError):
         det.ArsPrior(st.provenance, 0.4, seed=3)
-    for rng in (jax.random.key(0), jax.random.key(1), det.text_rngs(7, range(6)), det.text_rngs(8, range(6))):
+    for rng in (jax.random.key(0), jax.random.key(1), sampling.text_rngs(7, range(6)), sampling.text_rngs(8, range(6))):
         with pytest.warns(DeprecationWarning, match="rng is ignored"):
             np.testing.assert_array_equal(np.asarray(d.score(st, rng=rng).log_pvalue), base)
         with pytest.warns(DeprecationWarning, match="rng is ignored"):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests import stats
-from wmspec_jax import decoders, prf, speculative
+from wmspec_jax import decoders, prf, sources, speculative
 from wmspec_jax.models import draft, transformer
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.hf import Checkpoint
@@ -82,7 +82,7 @@ def test_output_law_is_the_targets_with_a_reduced_head_draft(method="standard"):
     q1 = softmax(next_token_logits(drafted, PROMPT[None]))[0]
     assert q1[off].max() == 0.0
     first = np.asarray(res.source[:, len(PROMPT)])
-    stats.assert_binomial_rate(int((first == speculative.SOURCE_DRAFT).sum()), first.size,
+    stats.assert_binomial_rate(int((first == sources.SOURCE_DRAFT).sum()), first.size,
                                float(np.minimum(p1, q1).sum()), f"{method}: first acceptance")
 
 

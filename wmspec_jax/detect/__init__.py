@@ -111,7 +111,6 @@ _NAMES = {
     "synthid_statistics": "streams",
     "synthid_weights": "synthid",
     "take": "streams",
-    "text_rngs": "gumbel",  # the one wmspec_jax.sampling.text_rngs (no detector draws random numbers)
     "train_bayes": "bayes_training",
     "truncate": "streams",
     "score": "common",

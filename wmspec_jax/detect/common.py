@@ -213,7 +213,8 @@ def ignored_rng(rng) -> None:
 
 
 def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
-    """``detector.score(stats, source=source, rng=rng)`` (kept as a function for older code).
+    """``detector.score(stats, source=source, rng=rng)`` as a function: one call for any detector object,
+    with a clear error for anything else.
 
     Args:
       detector: any detector object (:func:`make`, :func:`fit_ars_tau`,

@@ -50,7 +50,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import prf, validation
-from wmspec_jax.sampling import text_rngs  # noqa: F401  (detect.text_rngs; no detector draws random numbers)
 from wmspec_jax.detect import pvalues
 from wmspec_jax.detect.common import (Detector, Scores, TokenTerms, check_unit, config_provenance, fitted_provenance,
                                       ignored_rng)

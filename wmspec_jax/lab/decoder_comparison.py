@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from wmspec_jax import batching, decoders, keys, prf, speculative, storage
+from wmspec_jax.sources import SOURCE_DRAFT
 from wmspec_jax.lab import evaluation, runs
 
 ALPHA = 0.01
@@ -125,7 +126,7 @@ def evaluate(run: runs.RunSpec, records: Sequence[dict], human: Sequence[Sequenc
     texts = [batching.GeneratedText.from_record(r) for r in records]
     text_keys = keys.text_keys(secret, [t.index for t in texts], run=run.name)
     sources = np.concatenate([np.asarray(t.source, np.int64) for t in texts])
-    drafts = float(np.mean(sources == speculative.SOURCE_DRAFT)) if sources.size else 0.0
+    drafts = float(np.mean(sources == SOURCE_DRAFT)) if sources.size else 0.0
     row = {"decoder": decoder.name, "label": decoder.label, "method": run.method, "run": run.name,
            "num_texts": len(texts), "aatps": float(np.mean([t.aatps for t in texts])),
            "logppl": float(np.mean([t.logppl for t in texts])), "draft_fraction": drafts,
