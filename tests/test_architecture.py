@@ -126,6 +126,43 @@ def test_experiment_scripts_are_thin_flag_shells():
     assert not long, f"experiment scripts over {MAX_SCRIPT_LINES} lines (move the logic to wmspec_jax/lab): {long}"
 
 
+def script_flag_names(path: str) -> set:
+    """The absl flags a script defines at import (``flags.DEFINE_*("name", ...)`` at module level)."""
+    names = set()
+    for node in ast.parse(open(path, encoding="utf-8").read()).body:
+        call = node.value if isinstance(node, ast.Expr) else None
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+                and call.func.attr.startswith("DEFINE") and call.args and isinstance(call.args[0], ast.Constant)):
+            names.add(call.args[0].value)
+    return names
+
+
+def test_scripts_the_tests_import_define_distinct_flags():
+    # A test that imports a script registers its flags in absl's one global registry; two scripts with a
+    # flag of the same name in one pytest worker raise DuplicateFlagError, depending on which files that
+    # worker was handed. Tests reach the logic through the lab instead, or import scripts whose flags differ.
+    imported = set()
+    for directory, _, files in os.walk(os.path.join(ROOT, "tests")):
+        for f in files:
+            if f.endswith(".py"):
+                tree = ast.parse(open(os.path.join(directory, f), encoding="utf-8").read())
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.ImportFrom) and node.module in ("experiments", "benchmarks"):
+                        imported.update(f"{node.module}/{a.name}.py" for a in node.names)
+                    elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in (
+                            "experiments", "benchmarks"):
+                        imported.add(node.module.replace(".", "/") + ".py")
+    seen = {}
+    clashes = []
+    for script in sorted(imported):
+        path = os.path.join(ROOT, script)
+        for name in script_flag_names(path) if os.path.isfile(path) else ():
+            if name in seen:
+                clashes.append((name, seen[name], script))
+            seen[name] = script
+    assert not clashes, f"flags defined by two scripts the tests import: {clashes}"
+
+
 def test_the_package_ships_only_the_default_draft():
     assets = os.path.join(PACKAGE, "assets")
     size = sum(os.path.getsize(os.path.join(assets, f)) for f in os.listdir(assets))

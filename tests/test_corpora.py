@@ -116,10 +116,10 @@ def test_the_shared_context_warning_fires_on_templated_corpora_and_not_on_prose(
 
 
 def test_the_benchmark_scatters_each_distinct_window_to_the_statistics_of_the_texts():
-    # benchmarks.repetitive_fpr hashes each distinct scored window once per key and scatters it back:
+    # lab.key_sweep (benchmarks.repetitive_fpr) hashes each distinct scored window once per key and scatters it back:
     # the scores equal those of detect.statistics on the texts, for each of several keys at once
     # (the shapes of the test above: its compiled programs serve)
-    from benchmarks import repetitive_fpr as bench
+    from wmspec_jax.lab import key_sweep as bench
     from wmspec_jax import decoders
 
     num_texts, num_keys = 60, 2

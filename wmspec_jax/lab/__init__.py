@@ -20,6 +20,7 @@ module                              idea
 :mod:`.distill`                     the adapter draft's recipe (LoRA on kept target layers)
 :mod:`.distill_features`            the feature draft's recipe (a head on the target's features)
 :mod:`.corpora`                     human corpora that repeat themselves (form letters, code, tables, ...)
+:mod:`.key_sweep`                   a corpus scored under many keys at the cost of its distinct windows
 :mod:`.tables`, :mod:`.plots`       CSV / markdown tables and figures
 ==================================  =====================================================================
 
@@ -33,7 +34,7 @@ from wmspec_jax._lazy import attach
 
 SUBMODULES = (
     "corpora", "data", "decoder_comparison", "detection_experiment", "distill", "distill_data", "distill_features", "edits",
-    "evaluation", "harness", "pairs", "plots", "robustness", "runs", "settings", "speed", "tables",
+    "evaluation", "harness", "key_sweep", "pairs", "plots", "robustness", "runs", "settings", "speed", "tables",
     "tradeoff_experiment",
 )
 _NAMES = {
