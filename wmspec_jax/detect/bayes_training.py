@@ -182,6 +182,20 @@ def _trainer(config: BayesConfig, learning_rate: float, target_fpr: float):
     return opt, epoch, validate
 
 
+def _check_splits(config: BayesConfig, train: Dataset, val: Dataset) -> None:
+    """Both splits are :class:`Dataset` s of ``config``'s m with both labels (and sources for the Oracle)."""
+    for name, data in (("train", train), ("val", val)):
+        if not isinstance(data, Dataset):
+            raise TypeError(f"{name} must be a detect.bayes_training.Dataset (make_dataset)")
+        if data.g_target.shape[-1] != config.num_layers:
+            raise ValueError(f"{name} data has m={data.g_target.shape[-1]} layers, config m={config.num_layers}")
+        labels = np.asarray(data.labels)
+        if labels.min() == labels.max():
+            raise ValueError(f"{name} split needs both watermarked and unwatermarked texts")
+    if config.mode == "oracle" and not (np.asarray(train.choose_draft).any() and np.asarray(val.choose_draft).any()):
+        raise ValueError("Oracle training needs token sources (make_dataset(..., positives_source=...))")
+
+
 def train_bayes(config: BayesConfig, train: Dataset, val: Dataset,
                 train_config: TrainConfig = TrainConfig()) -> tuple:
     """Trains a Bayesian SynthID detector (see module doc for the procedure).
@@ -197,16 +211,7 @@ def train_bayes(config: BayesConfig, train: Dataset, val: Dataset,
       :class:`TrainHistory`). Its config records the chosen ``l2`` and
       ``best_epoch``.
     """
-    for name, data in (("train", train), ("val", val)):
-        if not isinstance(data, Dataset):
-            raise TypeError(f"{name} must be a detect.bayes_training.Dataset (make_dataset)")
-        if data.g_target.shape[-1] != config.num_layers:
-            raise ValueError(f"{name} data has m={data.g_target.shape[-1]} layers, config m={config.num_layers}")
-        labels = np.asarray(data.labels)
-        if labels.min() == labels.max():
-            raise ValueError(f"{name} split needs both watermarked and unwatermarked texts")
-    if config.mode == "oracle" and not (np.asarray(train.choose_draft).any() and np.asarray(val.choose_draft).any()):
-        raise ValueError("Oracle training needs token sources (make_dataset(..., positives_source=...))")
+    _check_splits(config, train, val)
     provenance = fitted_provenance(merge([train.provenance, val.provenance]) if train.provenance and val.provenance
                                    else None, "synthid", config.context_width, config.num_layers)
     train, val = train._replace(provenance=None), val._replace(provenance=None)  # jitted code: arrays only

@@ -228,6 +228,33 @@ def _log_cosh(x):
 Cgf = Callable[[jax.Array], Tuple[jax.Array, jax.Array, jax.Array, jax.Array]]
 
 
+def _solve_saddlepoint(d, slope: Callable, lower: float, upper: float, iters: int) -> jax.Array:
+    """The λ with K'(λ) − E[S] = d in [lower, upper]: safeguarded Newton (bisection fallback), from the
+    normal approximation λ ≈ d / Var, stopping once every λ has converged."""
+    lo = jnp.full_like(d, lower)
+    hi = jnp.full_like(d, upper)
+
+    def body(state):
+        i, lam, lo, hi, _ = state
+        k1, k2 = slope(lam)
+        f = k1 - d
+        lo = jnp.where(f < 0, lam, lo)
+        hi = jnp.where(f >= 0, lam, hi)
+        newton = lam - f / jnp.maximum(k2, 1e-30)
+        ok = (newton >= lo) & (newton <= hi)  # inclusive: at the exact root newton == λ
+        new = jnp.where(ok, newton, 0.5 * (lo + hi))
+        # converged once the step changes w ≈ λ·sd by < 1e-6 (absolute + relative)
+        sd = jnp.sqrt(jnp.maximum(k2, 1e-30))
+        moved = jnp.abs(new - lam) * sd > 1e-6 * (1.0 + jnp.abs(lam) * sd)
+        return i + 1, new, lo, hi, jnp.any(moved)
+
+    # start from the normal approximation λ ≈ d / Var: Newton then needs a few steps
+    _, k2_0 = slope(jnp.zeros_like(d))
+    lam0 = jnp.clip(d / jnp.maximum(k2_0, 1e-30), 0.5 * lo, 0.5 * hi)
+    state = (jnp.int32(0), lam0, lo, hi, jnp.bool_(True))
+    return jax.lax.while_loop(lambda st: (st[0] < iters) & st[4], body, state)[1]
+
+
 def saddlepoint_log_sf(
     centred_value,
     cgf: Cgf,
@@ -265,33 +292,12 @@ def saddlepoint_log_sf(
     d = _f32(centred_value)
     if lattice:
         d = d - 0.5
-    lo = jnp.full_like(d, lower)
-    hi = jnp.full_like(d, upper)
-
     if slope is None:
         def slope(lam):
             _, k1, k2, _ = cgf(lam)
             return k1, k2
 
-    def body(state):
-        i, lam, lo, hi, _ = state
-        k1, k2 = slope(lam)
-        f = k1 - d
-        lo = jnp.where(f < 0, lam, lo)
-        hi = jnp.where(f >= 0, lam, hi)
-        newton = lam - f / jnp.maximum(k2, 1e-30)
-        ok = (newton >= lo) & (newton <= hi)  # inclusive: at the exact root newton == λ
-        new = jnp.where(ok, newton, 0.5 * (lo + hi))
-        # converged once the step changes w ≈ λ·sd by < 1e-6 (absolute + relative)
-        sd = jnp.sqrt(jnp.maximum(k2, 1e-30))
-        moved = jnp.abs(new - lam) * sd > 1e-6 * (1.0 + jnp.abs(lam) * sd)
-        return i + 1, new, lo, hi, jnp.any(moved)
-
-    # start from the normal approximation λ ≈ d / Var: Newton then needs a few steps
-    _, k2_0 = slope(jnp.zeros_like(d))
-    lam0 = jnp.clip(d / jnp.maximum(k2_0, 1e-30), 0.5 * lo, 0.5 * hi)
-    state = (jnp.int32(0), lam0, lo, hi, jnp.bool_(True))
-    _, lam, _, _, _ = jax.lax.while_loop(lambda st: (st[0] < iters) & st[4], body, state)
+    lam = _solve_saddlepoint(d, slope, lower, upper, iters)
     kc, k1, k2, k3 = cgf(lam)
     # Where λ was clipped at the bound, evaluate at the attained mean instead
     # of the requested one (only the far tail is affected).

@@ -95,6 +95,16 @@ def _u_bins(u, num_bins):
     return jnp.clip(jnp.floor(jnp.asarray(u, jnp.float32) * num_bins).astype(jnp.int32), 0, num_bins - 1)
 
 
+def _checked_bins(e_edges, num_u_bins) -> np.ndarray:
+    """The E bin edges as float64 (strictly increasing from 0), ``num_u_bins`` checked."""
+    edges = np.asarray(e_edges, np.float64)
+    if edges.ndim != 1 or edges.size < 2 or edges[0] != 0 or (np.diff(edges) <= 0).any():
+        raise ValueError("e_edges must be strictly increasing and start at 0")
+    if not isinstance(num_u_bins, int) or num_u_bins < 1:
+        raise ValueError(f"num_u_bins must be a positive int, got {num_u_bins!r}")
+    return edges
+
+
 def fit_soft(
     positives: GumbelStats,
     source,
@@ -139,11 +149,7 @@ def fit_soft(
     positives = _check_stats(positives)
     prov = fitted_provenance(positives, "gumbel", context_width)
     src = check_source(source, positives.mask.shape)
-    edges = np.asarray(e_edges, np.float64)
-    if edges.ndim != 1 or edges.size < 2 or edges[0] != 0 or (np.diff(edges) <= 0).any():
-        raise ValueError("e_edges must be strictly increasing and start at 0")
-    if not isinstance(num_u_bins, int) or num_u_bins < 1:
-        raise ValueError(f"num_u_bins must be a positive int, got {num_u_bins!r}")
+    edges = _checked_bins(e_edges, num_u_bins)
     mask = np.asarray(positives.mask) & (src >= 0)
     if not mask.any():
         raise ValueError("no scored watermarked tokens with a known source to fit on")

@@ -820,6 +820,56 @@ def _first_occurrences(keys: np.ndarray) -> np.ndarray:
     return np.sort(first)
 
 
+def _checked_ids(config: HFKGWConfig, input_ids, V: int, bos_token_id, mask) -> tuple:
+    """(int64[B, T] ids, bool[B, T] valid) as :func:`score` takes them: checked, the BOS column dropped
+    where every row starts with it, masked positions set to 0."""
+    raw = np.asarray(input_ids)
+    if raw.ndim != 2:
+        raise ValueError(f"input_ids must be int[B, T], got shape {raw.shape}")
+    if raw.size and not np.issubdtype(raw.dtype, np.integer):
+        raise ValueError(f"input_ids must hold integer token ids, got dtype {raw.dtype}")
+    ids = raw.astype(np.int64)
+    valid = np.ones(ids.shape, bool) if mask is None else np.asarray(mask)
+    if valid.shape != ids.shape or valid.dtype != bool:
+        raise ValueError(f"mask must be bool{list(ids.shape)}, got {valid.dtype} {valid.shape}")
+    if bos_token_id is not None and ids.shape[1] > 0:
+        has_bos = ids[:, 0] == int(bos_token_id)
+        if has_bos.any() != has_bos.all():
+            raise ValueError("some rows start with the BOS token and some do not "
+                             "(transformers' detector rejects this too)")
+        if has_bos.all():
+            ids, valid = ids[:, 1:], valid[:, 1:]
+    if ids.shape[1] - config.context_width < 1:
+        raise ValueError(f"need at least one token after the first context_width="
+                         f"{config.context_width} tokens, got T = {ids.shape[1]}")
+    if (ids[valid] < 0).any() or (ids[valid] >= V).any():
+        raise ValueError(f"input_ids hold token ids outside [0, {V}) at unmasked positions")
+    return np.where(valid, ids, 0), valid
+
+
+def _scored_positions(config: HFKGWConfig, ids, valid, dedup: str) -> tuple:
+    """(seeds, tokens [B, P], flat indices of the scored positions, row [B, P]) under ``dedup``
+    (:func:`score`): a position is scored when its whole n-gram is valid, once per dedup key."""
+    B = ids.shape[0]
+    seeds, tokens, ngrams, first = _positions(config, ids)
+    P = tokens.shape[1]
+    ok = np.lib.stride_tricks.sliding_window_view(valid, ngrams.shape[-1], axis=1).all(axis=-1)
+    row = np.broadcast_to(np.arange(B)[:, None], (B, P))
+    sel = np.nonzero(ok.reshape(-1))[0]
+    r_sel = row.reshape(-1)[sel]
+    if dedup == "seed":
+        keys = np.stack([r_sel, seeds.reshape(-1)[sel].astype(np.int64)], axis=1)
+    elif dedup == "seed_token":
+        keys = np.stack([r_sel, seeds.reshape(-1)[sel].astype(np.int64), tokens.reshape(-1)[sel]], axis=1)
+    elif dedup == "ngram":
+        keys = np.concatenate([r_sel[:, None], ngrams.reshape(-1, ngrams.shape[-1])[sel]], axis=1)
+    else:
+        keys = None
+    if keys is not None:
+        sel = sel[_first_occurrences(keys)]
+    return seeds, tokens, sel, row
+
+
 def score(config: HFKGWConfig, input_ids, vocab_size: int, *, dedup: str = "seed",
           bos_token_id: int | None = None, mask=None) -> KGWScore:
     """Detect transformers' KGW watermark with exact p-values: :class:`KGWScore` of [B] arrays.
@@ -865,45 +915,9 @@ def score(config: HFKGWConfig, input_ids, vocab_size: int, *, dedup: str = "seed
     k = _k(config, V)
     if dedup not in DEDUP_RULES:
         raise ValueError(f"dedup must be one of {DEDUP_RULES}, got {dedup!r}")
-    raw = np.asarray(input_ids)
-    if raw.ndim != 2:
-        raise ValueError(f"input_ids must be int[B, T], got shape {raw.shape}")
-    if raw.size and not np.issubdtype(raw.dtype, np.integer):
-        raise ValueError(f"input_ids must hold integer token ids, got dtype {raw.dtype}")
-    ids = raw.astype(np.int64)
-    valid = np.ones(ids.shape, bool) if mask is None else np.asarray(mask)
-    if valid.shape != ids.shape or valid.dtype != bool:
-        raise ValueError(f"mask must be bool{list(ids.shape)}, got {valid.dtype} {valid.shape}")
-    if bos_token_id is not None and ids.shape[1] > 0:
-        has_bos = ids[:, 0] == int(bos_token_id)
-        if has_bos.any() != has_bos.all():
-            raise ValueError("some rows start with the BOS token and some do not "
-                             "(transformers' detector rejects this too)")
-        if has_bos.all():
-            ids, valid = ids[:, 1:], valid[:, 1:]
-    if ids.shape[1] - config.context_width < 1:
-        raise ValueError(f"need at least one token after the first context_width="
-                         f"{config.context_width} tokens, got T = {ids.shape[1]}")
-    if (ids[valid] < 0).any() or (ids[valid] >= V).any():
-        raise ValueError(f"input_ids hold token ids outside [0, {V}) at unmasked positions")
-    ids = np.where(valid, ids, 0)
+    ids, valid = _checked_ids(config, input_ids, V, bos_token_id, mask)
     B = ids.shape[0]
-    seeds, tokens, ngrams, first = _positions(config, ids)
-    P = tokens.shape[1]
-    ok = np.lib.stride_tricks.sliding_window_view(valid, ngrams.shape[-1], axis=1).all(axis=-1)
-    row = np.broadcast_to(np.arange(B)[:, None], (B, P))
-    sel = np.nonzero(ok.reshape(-1))[0]
-    r_sel = row.reshape(-1)[sel]
-    if dedup == "seed":
-        keys = np.stack([r_sel, seeds.reshape(-1)[sel].astype(np.int64)], axis=1)
-    elif dedup == "seed_token":
-        keys = np.stack([r_sel, seeds.reshape(-1)[sel].astype(np.int64), tokens.reshape(-1)[sel]], axis=1)
-    elif dedup == "ngram":
-        keys = np.concatenate([r_sel[:, None], ngrams.reshape(-1, ngrams.shape[-1])[sel]], axis=1)
-    else:
-        keys = None
-    if keys is not None:
-        sel = sel[_first_occurrences(keys)]
+    seeds, tokens, sel, row = _scored_positions(config, ids, valid, dedup)
     green = _green_of(seeds.reshape(-1)[sel], tokens.reshape(-1)[sel], V, k)
     r = row.reshape(-1)[sel]
     n = np.bincount(r, minlength=B).astype(np.int64)

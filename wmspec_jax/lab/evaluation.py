@@ -447,6 +447,109 @@ def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dic
             "fpr_length": grid[-1] if grid else None, "test_texts": _count(texts)}
 
 
+class _SetScores:
+    """The text sets of one evaluation and the fitted detectors' scores on them (:func:`evaluate`):
+    statistics per set and the test negatives' scores per (set, length) are computed once (the curves,
+    the ROC and the FPR ask for the same ones)."""
+
+    def __init__(self, family, options: dict, sets: dict, primary: str):
+        self.family, self.options, self.sets, self.primary = family, options, sets, primary
+        self.detectors = None
+        self.stats = functools.lru_cache(maxsize=None)(self._stats)
+        self.negatives_at = functools.lru_cache(maxsize=None)(self._negatives_at)
+
+    @property
+    def calibrated(self) -> dict:
+        return {k: bool(d.calibrated) for k, d in self.detectors.items()}
+
+    def _stats(self, name: str):
+        return self.family.statistics(self.sets[name], self.options)
+
+    def score_all(self, part: dict, part_stats) -> dict:
+        out = score_set(self.detectors, part_stats, part)
+        return {k: np.asarray(detect.decision_scores(v)) for k, v in out.items()}
+
+    def _negatives_at(self, which: str, length: int, every: bool = False):
+        """(scores per detector, count) of a set's test negatives truncated at ``length``: those with at
+        least that many tokens, or ``every`` text."""
+        if f"tn_{which}" not in self.sets:
+            return {}, 0
+        part = self.sets[f"tn_{which}"]
+        rows = np.arange(_count(part)) if every else _long_enough(part, length)
+        if rows.size == 0:
+            return {}, 0
+        return (self.score_all({"source": part["source"][rows], "indices": part["indices"][rows]},
+                               detect.truncate(detect.take(self.stats(f"tn_{which}"), rows), length)), rows.size)
+
+    def threshold_negatives(self, length: int):
+        """(scores per detector, {set: count}) of the threshold negatives at ``length`` (:func:`evaluate`)."""
+        neg, count = self.negatives_at(self.primary, length)
+        used = {self.primary: count}
+        if self.primary == "human" and count < MIN_THRESHOLD_NEGATIVES:
+            extra, used["model"] = self.negatives_at("model", length)
+            if count == 0:
+                neg = extra
+            elif used["model"]:
+                neg = {k: np.concatenate([neg[k], extra[k]]) for k in neg}
+        return neg, used
+
+
+def _scores_of(neg: dict, name: str) -> np.ndarray:  # no negatives: an empty array
+    return neg.get(name, np.zeros(0))
+
+
+def _tpr_curves(sc: _SetScores, test_pos: dict, lengths: Sequence[int], rng, num_resamples: int) -> tuple:
+    """(lengths kept, TPR estimate per detector and length, threshold negatives used per length)."""
+    calibrated = sc.calibrated
+    grid = _lengths_available(test_pos, lengths)
+    curves, counts = {}, []
+    for i, length in enumerate(grid):
+        pos = sc.score_all(test_pos, detect.truncate(sc.stats("tp"), length))
+        neg, used = sc.threshold_negatives(length)
+        counts.append(used)
+        for name in pos:
+            est = tpr_estimate(calibrated[name], pos[name], _scores_of(neg, name), jax.random.fold_in(rng, 100 + i),
+                               num_resamples=num_resamples)
+            curves.setdefault(name, []).append(_estimate(est) if est is not None else
+                                               {"value": float("nan"), "lower": float("nan"), "upper": float("nan")})
+    return grid, curves, counts
+
+
+def _roc_and_fpr(sc: _SetScores, test_pos: dict, roc_length: int) -> tuple:
+    """(ROC length, ROC per detector, FPR per negative set and detector) at the ROC length (:func:`evaluate`)."""
+    calibrated = sc.calibrated
+    roc_len = min(roc_length, int(np.min(test_pos["lengths"] - test_pos["starts"])))
+    neg, used = sc.threshold_negatives(roc_len)
+    while roc_len > 1 and sum(used.values()) == 0:
+        roc_len -= 1  # human texts can be short: the ROC uses a length some negatives reach
+        neg, used = sc.threshold_negatives(roc_len)
+    pos = sc.score_all(test_pos, detect.truncate(sc.stats("tp"), roc_len))
+    roc = {name: _roc(pos[name], _scores_of(neg, name)) for name in pos}
+    fpr = {}
+    for which in ("model", "human"):
+        if f"tn_{which}" not in sc.sets:
+            continue
+        fpr[which] = {}
+        for name in pos:
+            other, count = sc.negatives_at(which, roc_len, every=calibrated[name])
+            if count == 0:  # none of this set reaches the ROC length (the pooled negatives do)
+                fpr[which][name] = _fpr_estimate(np.zeros(0, bool))
+            else:
+                fpr[which][name] = _fpr_estimate(flagged(calibrated[name], other[name], _scores_of(neg, name)))
+    return roc_len, roc, fpr
+
+
+def _threshold_rule(calibrated: dict, primary: str) -> str:
+    """The threshold rule of the result, in words."""
+    rule = "calibrated detectors: p <= 0.01 (exact null)"
+    if not all(calibrated.values()):
+        rule = (f"{', '.join(k for k, c in calibrated.items() if not c)}: 1% FPR on the {primary} test negatives "
+                f"with at least that many tokens"
+                + (f", pooled with the model negatives where fewer than {MIN_THRESHOLD_NEGATIVES} are"
+                   if primary == "human" else "") + "; " + rule)
+    return rule
+
+
 def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: int, vocab_size: int,
              context_width: int, num_layers: int = 4, seed: int = 0, num_resamples: int = 1000,
              train_config=None, mixture: str = "layer", save_dir: Optional[str] = None,
@@ -491,91 +594,22 @@ def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: i
             "tn_model": texts["nte"]}
     if _count(texts.get("hte")):
         sets["tn_human"] = texts["hte"]
-
-    @functools.lru_cache(maxsize=None)
-    def stats(name: str):
-        return family.statistics(sets[name], options)
-
-    fitted, info = family.fit(sets, stats, options)
+    sc = _SetScores(family, options, sets, primary)
+    fitted, info = family.fit(sets, sc.stats, options)
     _save(save_dir, decoder, fitted)
-    detectors = complete_set(decoder, fitted, stats("trp").provenance)
-    calibrated = {k: bool(d.calibrated) for k, d in detectors.items()}
-
-    def score_all(part: dict, part_stats) -> dict:
-        out = score_set(detectors, part_stats, part)
-        return {k: np.asarray(detect.decision_scores(v)) for k, v in out.items()}
-
-    @functools.lru_cache(maxsize=None)  # the curves, the ROC and the FPR ask for the same (set, length)
-    def negatives_at(which: str, length: int, every: bool = False):
-        """(scores per detector, count) of a set's test negatives truncated at ``length``: those with at
-        least that many tokens, or ``every`` text."""
-        if f"tn_{which}" not in sets:
-            return {}, 0
-        part = sets[f"tn_{which}"]
-        rows = np.arange(_count(part)) if every else _long_enough(part, length)
-        if rows.size == 0:
-            return {}, 0
-        return (score_all({"source": part["source"][rows], "indices": part["indices"][rows]},
-                          detect.truncate(detect.take(stats(f"tn_{which}"), rows), length)), rows.size)
-
-    def threshold_negatives(length: int):
-        """(scores per detector, {set: count}) of the threshold negatives at ``length`` (above)."""
-        neg, count = negatives_at(primary, length)
-        used = {primary: count}
-        if primary == "human" and count < MIN_THRESHOLD_NEGATIVES:
-            extra, used["model"] = negatives_at("model", length)
-            if count == 0:
-                neg = extra
-            elif used["model"]:
-                neg = {k: np.concatenate([neg[k], extra[k]]) for k in neg}
-        return neg, used
-
-    def scores_of(neg: dict, name: str) -> np.ndarray:  # no negatives: an empty array
-        return neg.get(name, np.zeros(0))
-
+    sc.detectors = complete_set(decoder, fitted, sc.stats("trp").provenance)
+    calibrated = sc.calibrated
     rng = jax.random.key(seed)
     test_pos = texts["pte"]
-    grid = _lengths_available(test_pos, lengths)
-    curves, counts = {}, []
-    for i, length in enumerate(grid):
-        pos = score_all(test_pos, detect.truncate(stats("tp"), length))
-        neg, used = threshold_negatives(length)
-        counts.append(used)
-        for name in pos:
-            est = tpr_estimate(calibrated[name], pos[name], scores_of(neg, name), jax.random.fold_in(rng, 100 + i),
-                               num_resamples=num_resamples)
-            curves.setdefault(name, []).append(_estimate(est) if est is not None else
-                                               {"value": float("nan"), "lower": float("nan"), "upper": float("nan")})
-    roc_len = min(roc_length, int(np.min(test_pos["lengths"] - test_pos["starts"])))
-    neg, used = threshold_negatives(roc_len)
-    while roc_len > 1 and sum(used.values()) == 0:
-        roc_len -= 1  # human texts can be short: the ROC uses a length some negatives reach
-        neg, used = threshold_negatives(roc_len)
-    pos = score_all(test_pos, detect.truncate(stats("tp"), roc_len))
-    roc = {name: _roc(pos[name], scores_of(neg, name)) for name in pos}
-    fpr = {}
-    for which in ("model", "human"):
-        if f"tn_{which}" not in sets:
-            continue
-        fpr[which] = {}
-        for name in pos:
-            other, count = negatives_at(which, roc_len, every=calibrated[name])
-            if count == 0:  # none of this set reaches the ROC length (the pooled negatives do)
-                fpr[which][name] = _fpr_estimate(np.zeros(0, bool))
-            else:
-                fpr[which][name] = _fpr_estimate(flagged(calibrated[name], other[name], scores_of(neg, name)))
-    multi = {shape: _multi_draft(family, options, detectors, calibrated, part, texts["nte"], threshold_negatives,
-                                 lengths, jax.random.fold_in(rng, 1000 + j), num_resamples=num_resamples)
+    grid, curves, counts = _tpr_curves(sc, test_pos, lengths, rng, num_resamples)
+    roc_len, roc, fpr = _roc_and_fpr(sc, test_pos, roc_length)
+    multi = {shape: _multi_draft(family, options, sc.detectors, calibrated, part, texts["nte"],
+                                 sc.threshold_negatives, lengths, jax.random.fold_in(rng, 1000 + j),
+                                 num_resamples=num_resamples)
              for j, (shape, part) in enumerate((multi_draft or {}).items())}
-    rule = "calibrated detectors: p <= 0.01 (exact null)"
-    if not all(calibrated.values()):
-        rule = (f"{', '.join(k for k, c in calibrated.items() if not c)}: 1% FPR on the {primary} test negatives "
-                f"with at least that many tokens"
-                + (f", pooled with the model negatives where fewer than {MIN_THRESHOLD_NEGATIVES} are"
-                   if primary == "human" else "") + "; " + rule)
     return {"decoder": decoder, **info, "lengths": grid, "tpr": curves, "calibrated": calibrated,
             "negatives": primary, "negatives_per_length": [sum(c.values()) for c in counts],
             "threshold_negatives_per_length": counts, "roc_length": roc_len, "roc": roc, "fpr": fpr,
-            "threshold": rule, "train_texts": _count(texts["ptr"]), "test_texts": _count(test_pos),
-            "test_negatives": _count(texts["nte"]), "test_human_negatives": _count(texts.get("hte")),
-            **({"multi_draft": multi} if multi_draft else {})}
+            "threshold": _threshold_rule(calibrated, primary), "train_texts": _count(texts["ptr"]),
+            "test_texts": _count(test_pos), "test_negatives": _count(texts["nte"]),
+            "test_human_negatives": _count(texts.get("hte")), **({"multi_draft": multi} if multi_draft else {})}

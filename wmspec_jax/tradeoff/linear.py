@@ -240,6 +240,43 @@ def blocks_for(width: int, block_size: int, budget_bytes: int = 256 << 20) -> in
     return int(max(1, min(montecarlo.DEFAULT_BLOCKS_PER_CHUNK, budget_bytes // per_block)))
 
 
+def _mc_gamma0(run, levels, num_levels: int, num_grid: int, root_rounds: int) -> tuple:
+    """γ0 per level: bracket the first γ with WS_MC(γ) >= level (``run(thetas, gammas, WS_ONLY)`` one
+    pass). Round 0 is the common grid on [0, 1], which also gives WS(1), the largest reachable level,
+    when no levels are given. Returns (γ0 [L], levels [L], WS and its standard error at γ0)."""
+    rows = np.arange(num_levels)
+    lo, hi = np.zeros(num_levels), np.ones(num_levels)
+    for r in range(root_rounds):
+        gam = np.asarray(optimize.grid(lo, hi, num_grid), np.float64)
+        ws, ws_err = run(np.zeros_like(gam), gam, WS_ONLY)
+        if r == 0:
+            levels = _check_levels(levels, num_levels, ws[0, -1])
+        # optimize.root_round's rule, in float64 on the host: keep [x_{i-1}, x_i] around the first x_i >= level.
+        i = np.sum(ws < levels[:, None], axis=1)
+        first = np.minimum(i, num_grid - 1)
+        lo, hi = gam[rows, np.maximum(i - 1, 0) * (i > 0)], gam[rows, first]
+        ws_at, ws_err_at = ws[rows, first], ws_err[rows, first]  # WS at γ0 = hi (a grid point of this round)
+    return hi, levels, ws_at, ws_err_at
+
+
+def _mc_theta(run, gamma0, num_levels: int, num_grid: int, theta_rounds: int) -> tuple:
+    """θ at γ = γ0: zoom on the convex sample-average objective, keeping the best point seen.
+    Returns (θ [L], SE and its standard error there)."""
+    rows = np.arange(num_levels)
+    lo, hi = np.zeros(num_levels), np.ones(num_levels)
+    best_x, best_v, best_err = np.zeros(num_levels), np.full(num_levels, -np.inf), np.zeros(num_levels)
+    for _ in range(theta_rounds):
+        th = np.asarray(optimize.grid(lo, hi, num_grid), np.float64)
+        se, se_err = run(th, np.broadcast_to(gamma0[:, None], th.shape), SE_ONLY)
+        i = np.argmax(se, axis=1)  # optimize.argmin_round's rule on -SE: keep [x_{i-1}, x_{i+1}]
+        lo, hi = th[rows, np.maximum(i - 1, 0)], th[rows, np.minimum(i + 1, num_grid - 1)]
+        better = se[rows, i] > best_v
+        best_x = np.where(better, th[rows, i], best_x)
+        best_v = np.where(better, se[rows, i], best_v)
+        best_err = np.where(better, se_err[rows, i], best_err)
+    return best_x, best_v, best_err
+
+
 def linear_frontier_mc(
     q,
     p,
@@ -278,7 +315,6 @@ def linear_frontier_mc(
     v = q.size
     num_levels = num_levels if levels is None else np.asarray(levels).size
     fq, fp = jnp.asarray(q), jnp.asarray(p)
-    rows = np.arange(num_levels)
 
     def run(thetas, gammas, what):
         """One pass over the samples: mean and SE of SE or WS at [L, G] points.
@@ -297,34 +333,8 @@ def linear_frontier_mc(
         )
         return mom.mean.reshape(thetas.shape), mom.stderr.reshape(thetas.shape)
 
-    # γ0: bracket the first γ with WS_MC(γ) >= level. Round 0 is the common grid on [0, 1],
-    # which also gives WS(1), the largest reachable level, when no levels are given.
-    lo, hi = np.zeros(num_levels), np.ones(num_levels)
-    for r in range(root_rounds):
-        gam = np.asarray(optimize.grid(lo, hi, num_grid), np.float64)
-        ws, ws_err = run(np.zeros_like(gam), gam, WS_ONLY)
-        if r == 0:
-            levels = _check_levels(levels, num_levels, ws[0, -1])
-        # optimize.root_round's rule, in float64 on the host: keep [x_{i-1}, x_i] around the first x_i >= level.
-        i = np.sum(ws < levels[:, None], axis=1)
-        first = np.minimum(i, num_grid - 1)
-        lo, hi = gam[rows, np.maximum(i - 1, 0) * (i > 0)], gam[rows, first]
-        ws_at, ws_err_at = ws[rows, first], ws_err[rows, first]  # WS at γ0 = hi (a grid point of this round)
-    gamma0 = hi
-
-    # θ at γ = γ0: zoom on the convex sample-average objective; keep the best point seen.
-    lo, hi = np.zeros(num_levels), np.ones(num_levels)
-    best_x, best_v, best_err = np.zeros(num_levels), np.full(num_levels, -np.inf), np.zeros(num_levels)
-    for _ in range(theta_rounds):
-        th = np.asarray(optimize.grid(lo, hi, num_grid), np.float64)
-        se, se_err = run(th, np.broadcast_to(gamma0[:, None], th.shape), SE_ONLY)
-        i = np.argmax(se, axis=1)  # optimize.argmin_round's rule on -SE: keep [x_{i-1}, x_{i+1}]
-        lo, hi = th[rows, np.maximum(i - 1, 0)], th[rows, np.minimum(i + 1, num_grid - 1)]
-        better = se[rows, i] > best_v
-        best_x = np.where(better, th[rows, i], best_x)
-        best_v = np.where(better, se[rows, i], best_v)
-        best_err = np.where(better, se_err[rows, i], best_err)
-    se, se_err, ws, ws_err = best_v, best_err, ws_at, ws_err_at
+    gamma0, levels, ws, ws_err = _mc_gamma0(run, levels, num_levels, num_grid, root_rounds)
+    best_x, se, se_err = _mc_theta(run, gamma0, num_levels, num_grid, theta_rounds)
     return Curve(
         name=name,
         label=label,
