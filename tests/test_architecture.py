@@ -258,7 +258,7 @@ ALLOWED = [
      "statistics a caller builds without the library: an input the API accepts"),
     ("by hand", "wmspec_jax/detect/gumbel.py", "set by hand",
      "a threshold the caller passes instead of calibrating it: an API case"),
-    ("by hand", "wmspec_jax/detect/streams.py", "built by hand",
+    ("by hand", "wmspec_jax/detect/streams_types.py", "built by hand",
      "statistics a caller builds without the library: an input the API accepts"),
     ("by hand", "wmspec_jax/models/hf.py", "downloaded by hand",
      "a checkpoint the user fetched without the hub client: an input the loader accepts"),

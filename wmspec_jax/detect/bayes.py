@@ -54,8 +54,9 @@ from flax import nnx
 from wmspec_jax import prf
 from wmspec_jax.detect.common import Detector, Scores, check_unit, config_provenance, fitted_provenance
 from wmspec_jax.detect.provenance import Provenance, check_compatible
-from wmspec_jax.detect.streams import SOURCE_DRAFT, SynthIDStats, check_source
+from wmspec_jax.detect.streams_types import SynthIDStats, check_source
 from wmspec_jax.detect.synthid import MIXTURES, MODES, _check_stats, _split_settings
+from wmspec_jax.sources import SOURCE_DRAFT
 
 # ---------------------------------------------------------------------------
 # Bayesian detector: configuration, parameters, likelihood

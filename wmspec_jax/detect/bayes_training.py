@@ -26,8 +26,10 @@ from wmspec_jax.detect.bayes import BayesConfig, _log_odds, bayes_detector, init
 from wmspec_jax.detect.common import check_unit, fitted_provenance
 from wmspec_jax.detect.metrics import _tpr_at_fpr
 from wmspec_jax.detect.provenance import Provenance, merge
-from wmspec_jax.detect.streams import SOURCE_DRAFT, SynthIDStats, check_source, concat, concat_source
+from wmspec_jax.detect.streams_batches import concat, concat_source
+from wmspec_jax.detect.streams_types import SynthIDStats, check_source
 from wmspec_jax.detect.synthid import _check_stats
+from wmspec_jax.sources import SOURCE_DRAFT
 
 # ---------------------------------------------------------------------------
 # Training

@@ -54,7 +54,9 @@ from wmspec_jax.detect import pvalues
 from wmspec_jax.detect.common import (Detector, Scores, TokenTerms, check_unit, config_provenance, fitted_provenance,
                                       ignored_rng)
 from wmspec_jax.detect.provenance import Provenance, ProvenanceMismatch, check_compatible
-from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, arrays_only, check_source, check_statistics
+from wmspec_jax.detect.streams_batches import arrays_only
+from wmspec_jax.detect.streams_types import GumbelStats, check_source, check_statistics
+from wmspec_jax.sources import SOURCE_DRAFT
 
 TAU_GRID = np.linspace(0.0, 1.0, 101)
 """Ars-τ candidates (App. E.1: evenly spaced over [0, 1]; 101 values so the

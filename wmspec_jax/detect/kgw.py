@@ -29,7 +29,7 @@ from wmspec_jax import prf
 from wmspec_jax.decoders import DEFAULT_KGW_GAMMA, green_list_size
 from wmspec_jax.detect.common import Detector, Scores, config_provenance
 from wmspec_jax.detect.provenance import Provenance
-from wmspec_jax.detect.streams import GumbelStats, check_statistics
+from wmspec_jax.detect.streams_types import GumbelStats, check_statistics
 
 
 def binomial_log_sf(k, n, p: float) -> np.ndarray:

@@ -259,13 +259,13 @@ def _bucket(n: int, low: int = 32) -> int:
 
 def search_weights(options: ScoringOptions, siblings: int, where: str) -> list:
     """The weights (summing to 1) of the search over ``siblings`` streams: the given ones or the default."""
-    from wmspec_jax.detect import streams
+    from wmspec_jax.detect.streams_compute import resolved_sibling_weights
 
     given = None if options.sibling_weights is None else [float(w) for w in options.sibling_weights]
     if given is not None and len(given) != siblings:
         raise LineError(f"{where}: the text searches {siblings} sibling streams; --sibling_weights gives "
                         f"{len(given)} weights")
-    return list(streams.resolved_sibling_weights(given, siblings))
+    return list(resolved_sibling_weights(given, siblings))
 
 
 def _group_detectors(lines: Sequence[TextLine], specs, options: ScoringOptions, vocab: int, settings) -> list:

@@ -23,7 +23,9 @@ from wmspec_jax.detect import pvalues
 from wmspec_jax.detect.common import Detector, Scores, config_provenance, fitted_provenance
 from wmspec_jax.detect.gumbel import _check_kind, _check_stats, split_settings
 from wmspec_jax.detect.provenance import Provenance, check_compatible
-from wmspec_jax.detect.streams import SOURCE_DRAFT, GumbelStats, arrays_only, check_source
+from wmspec_jax.detect.streams_batches import arrays_only
+from wmspec_jax.detect.streams_types import GumbelStats, check_source
+from wmspec_jax.sources import SOURCE_DRAFT
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -28,7 +28,7 @@ from wmspec_jax import validation
 from wmspec_jax.detect import pvalues, weighted
 from wmspec_jax.detect.common import Detector, Scores, TokenTerms, config_provenance
 from wmspec_jax.detect.provenance import Provenance
-from wmspec_jax.detect.streams import SynthIDStats, check_statistics
+from wmspec_jax.detect.streams_types import SynthIDStats, check_statistics
 
 MODES = ("single", "prior", "mlp", "oracle")
 MIXTURES = ("layer", "token")

@@ -83,26 +83,26 @@ class ForeignScheme:
         for row, t in enumerate(texts):
             ids[row, : len(t)] = t
         if self.engine == "vllm":
-            from wmspec_jax.interop import engine_gumbel
+            from wmspec_jax.interop.engine_gumbel_detect import score_batch
 
-            out = engine_gumbel.score_batch(self.config, ids, lengths)
+            out = score_batch(self.config, ids, lengths)
             return ForeignScores(out.score, out.n, out.log_p_value)
         valid = np.arange(ids.shape[1])[None, :] < lengths[:, None]
         if self.engine == "transformers-kgw":
             from wmspec_jax.detect.kgw import binomial_log_sf
-            from wmspec_jax.interop import hf_kgw
+            from wmspec_jax.interop.hf_kgw_detect import score as kgw_score
 
             scores = np.full(len(texts), np.nan)
             n = np.zeros(len(texts), np.int64)
             log_p = np.zeros(len(texts))
             ok = lengths > self.config.context_width  # a text needs a token after its first context
             if ok.any():
-                out = hf_kgw.score(self.config, ids[ok], vocab_size, mask=valid[ok])
+                out = kgw_score(self.config, ids[ok], vocab_size, mask=valid[ok])
                 k = self.config.greenlist_size(vocab_size)
                 scores[ok], n[ok] = out.z, out.n
                 log_p[ok] = binomial_log_sf(out.green, out.n, k / vocab_size)
             return ForeignScores(scores, n, log_p)
-        from wmspec_jax.interop import hf_synthid
+        from wmspec_jax.interop.hf_synthid_detect import score as synthid_score
 
         scores = np.full(len(texts), np.nan)
         n = np.zeros(len(texts), np.int64)
@@ -111,7 +111,7 @@ class ForeignScheme:
             rows = np.flatnonzero(lengths == length)
             if length < self.config.ngram_len:
                 continue
-            out = hf_synthid.score(self.config, ids[rows, :length], eos_token_id)
+            out = synthid_score(self.config, ids[rows, :length], eos_token_id)
             scores[rows], n[rows] = out.mean_score, out.num_scored
             with np.errstate(divide="ignore"):
                 log_p[rows] = np.log(out.p_value)
@@ -143,16 +143,16 @@ def from_dict(data: Mapping[str, Any]) -> ForeignScheme:
     if not isinstance(config, Mapping):
         raise ValueError("'config' must be a JSON object")
     if engine == "vllm":
-        from wmspec_jax.interop import engine_gumbel
+        from wmspec_jax.interop.engine_gumbel_config import config_from_dict
 
-        return ForeignScheme(engine, engine_gumbel.config_from_dict(dict(config)))
+        return ForeignScheme(engine, config_from_dict(dict(config)))
     if engine == "transformers-kgw":
-        from wmspec_jax.interop import hf_kgw
+        from wmspec_jax.interop.hf_kgw_config import HFKGWConfig
 
-        return ForeignScheme(engine, hf_kgw.HFKGWConfig.from_dict(dict(config)))
-    from wmspec_jax.interop import hf_synthid
+        return ForeignScheme(engine, HFKGWConfig.from_dict(dict(config)))
+    from wmspec_jax.interop.hf_synthid_config import HFSynthIDConfig
 
-    return ForeignScheme(engine, hf_synthid.HFSynthIDConfig.from_dict(dict(config)))
+    return ForeignScheme(engine, HFSynthIDConfig.from_dict(dict(config)))
 
 
 def load(path: str) -> ForeignScheme:

@@ -83,7 +83,8 @@ def corpus_statistics(decoder, table: tuple, words: np.ndarray, shape: tuple, le
     hashed once per key and scattered back to every position that holds it: the values of
     ``detect.statistics`` on the texts (checked in :func:`measure_corpus`) at the cost of the distinct
     windows only — KGW's statistic costs V hashes per value."""
-    from wmspec_jax.detect import streams
+    from wmspec_jax.detect.streams_compute import statistics_provenance
+    from wmspec_jax.detect.streams_types import GumbelStats, SynthIDStats
 
     windows, rows, cols, inverse = table
     num_keys, (num_texts, length), width = words.shape[0], shape, windows.shape[1] - 1
@@ -98,9 +99,9 @@ def corpus_statistics(decoder, table: tuple, words: np.ndarray, shape: tuple, le
         per_token.append(jnp.asarray(full.reshape((num_keys * num_texts, length) + v.shape[2:])))
     mask = np.zeros((num_texts, length), bool)
     mask[rows, cols] = True
-    kind = streams.SynthIDStats if decoder.family == decoders.SYNTHID else streams.GumbelStats
-    prov = streams.statistics_provenance(words, decoder.statistic, per_token[0].shape[2] if per_token[0].ndim == 3
-                                         else 0, width)
+    kind = SynthIDStats if decoder.family == decoders.SYNTHID else GumbelStats
+    prov = statistics_provenance(words, decoder.statistic, per_token[0].shape[2] if per_token[0].ndim == 3
+                                 else 0, width)
     return kind(*per_token, jnp.asarray(np.tile(mask, (num_keys, 1))), jnp.full((num_keys * num_texts,), width, jnp.int32),
                 jnp.asarray(np.tile(lengths, num_keys).astype(np.int32)), prov)
 
