@@ -33,7 +33,12 @@ Pipeline (see ``docs/detection.md``):
    positives over templated text are binomial), the shared-context
    warning, :func:`calibrate` (a key's false-positive rate on the user's
    human texts, exact interval).
-7. :func:`score_texts` — what ``wmspec-detect`` runs on JSON records:
+7. :mod:`.model_assisted` — when the user holds the generator's models:
+   per-token weights from their probabilities (:class:`TokenProbs`,
+   :func:`token_probs_from_distributions`), the route of each token
+   through Alg. 1 (:func:`draft_posterior`), exact p-values
+   (:func:`score_model_assisted`; tails in :mod:`.exact_tails`).
+8. :func:`score_texts` — what ``wmspec-detect`` runs on JSON records:
    each line's settings and keys read and checked (:mod:`.lines`,
    :class:`Overrides`), texts grouped by settings, scored by the requested
    detectors, one result line per text (:mod:`.scoring`,
@@ -43,9 +48,9 @@ Pipeline (see ``docs/detection.md``):
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "bayes", "bayes_training", "common", "corpus", "gumbel", "io", "kgw", "lines", "metrics", "provenance", "pvalues", "registry",
-    "scoring", "soft", "streams", "streams_batches", "streams_compute", "streams_types", "synthid", "synthid_search",
-    "weighted", "windows",
+    "bayes", "bayes_training", "common", "corpus", "draft_routes", "exact_tails", "gumbel", "io", "kgw", "lines", "metrics",
+    "model_assisted", "provenance", "pvalues", "registry", "scoring", "soft", "streams", "streams_batches",
+    "streams_compute", "streams_types", "synthid", "synthid_search", "token_probs", "weighted", "windows",
 )
 _NAMES = {
     "ArsPrior": "gumbel",
@@ -74,6 +79,15 @@ _NAMES = {
     "SynthIDStats": "streams_types",
     "TAU_GRID": "gumbel",
     "TokenTerms": "common",
+    "TokenProbs": "token_probs",
+    "StreamPosterior": "draft_routes",
+    "draft_posterior": "draft_routes",
+    "score_model_assisted": "model_assisted",
+    "score_gumbel_model_assisted": "model_assisted",
+    "score_synthid_model_assisted": "model_assisted",
+    "score_kgw_model_assisted": "model_assisted",
+    "spike_modulus": "model_assisted",
+    "token_probs_from_distributions": "token_probs",
     "TrainConfig": "bayes_training",
     "ars_prior_detector": "gumbel",
     "binomial_half_log_sf": "pvalues",
