@@ -38,11 +38,31 @@ back as in one chain and keep only the accepted path. Cache leaves of rank >= 2 
 Records: ``candidate`` says which sibling each accepted draft token was (the stream detection
 reads); ``accept_u`` / ``accept_prob`` hold the test of the accepted sibling, or of the last
 rejected one where the walk stopped.
+
+**Stages.** :func:`step` runs these, as :func:`wmspec_jax.stages.step` runs one chain's (step:
+``docs/multidraft.md``'s numbering; Alg. 1: its lines, which sibling 0 follows exactly):
+
+===================  ================================================  ====  ==============
+stage                what it does                                      step  Alg. 1
+===================  ================================================  ====  ==============
+:func:`draft_tree`   K depths over the B·R paths: each path's child    1     lines 3-5, 8
+                     (:func:`draw_children`) and its acceptance
+                     uniform (:func:`sibling_uniforms`)
+:func:`verify_tree`  one target forward over the tree's nodes          2     line 6
+:func:`walk`         recursive rejection sampling, one                 3     lines 7-11
+                     :func:`walk_node` per depth
+:func:`resample`     the last token from the residual or the leaf's    4     lines 12, 15-17
+                     P, drawn as one chain draws it
+``stages.commit``    the j + 1 tokens and their records                5     —
+:func:`keep_path`    the caches keep the accepted path, roll back      5     —
+===================  ================================================  ====  ==============
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple, Optional
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -226,25 +246,8 @@ def _prob_at(c: Candidates, weights: jax.Array, token: jax.Array) -> jax.Array:
 
 
 # ---------------------------------------------------------------------------
-# The step
+# The step's stages
 # ---------------------------------------------------------------------------
-
-
-def _draw_sibling(st: stages.Static, inputs: stages.Inputs, tokens, pos, q: Candidates, sibling, fresh):
-    """Sibling ``sibling`` (int32[rows]) of each row's node at ``pos`` drawn from ``q``: from ζ^D re-keyed
-    by the sibling index when the method watermarks the draft, else from a true uniform of its own.
-    Returns (int32 token, float32 log q(token), bool watermarked record), each [rows]."""
-    method = st.method
-    seeds = None
-    if method.watermark_draft:
-        seeds = prf.candidate_seeds(
-            sampling.position_seeds(inputs.keys, prf.Stream.DRAFT, tokens, pos, st.context_width), sibling)
-    uniform = sampling.true_uniforms(inputs.words, pos, sampling.candidate_purpose(sampling.PURPOSE_DRAFT, sibling))
-    decoder = st.decoder if st.draft_decoder is None else st.draft_decoder
-    index, marked = sampling.draw(decoder, candidates.probs(q), q.ids, seeds, uniform,
-                                  fresh if method.watermark_draft else None)
-    log_q = jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse
-    return candidates.token_ids(q, index), log_q, marked
 
 
 def initial_state(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inputs: stages.Inputs,
@@ -262,160 +265,300 @@ def initial_state(st: stages.Static, target: LanguageModel, draft_model: DraftMo
     return state._replace(draft_cache=rep(state.draft_cache), features=_repeat(state.features, r))
 
 
-def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inputs: stages.Inputs,
-         state: stages.LoopState) -> stages.LoopState:
-    """One step over a draft tree: draft every path → verify every path → walk → resample → commit →
-    copy the chosen path's cache windows → rollback (module doc)."""
-    branching, k, method = st.tree, st.lookahead, st.method
-    r = num_paths(branching)
-    stride = strides(branching)
-    n, bsz = state.n, state.n.shape[0]
-    rows_n = _repeat(n, r)
-    path_inputs = inputs._replace(keys=_repeat(inputs.keys, r), words=_repeat(inputs.words, r),
-                                  start=_repeat(inputs.start, r))
-    path_tokens = _repeat(state.tokens, r)
-    need_fresh = method.watermark_draft or method.pseudorandom_acceptance
+class TreeDrafts(NamedTuple):
+    """Output of :func:`draft_tree`: the tree as its R root-to-leaf paths, B·R rows (row b·R + r is
+    path r of text b; a node shared by several paths holds the same token on each).
 
-    # draft: one forward per depth over all paths; siblings drawn from their parent's Q
-    logits, carry, draft_cache = draft_model.draft_first(inputs.draft_params, state.draft_cache, path_tokens,
-                                                         rows_n, state.features, lookahead=k)
+    Attributes:
+      tokens: int32[B·R, L] each path's buffer, its K drafts at positions n .. n + K − 1.
+      drafted: int32[B·R, K] the path's token at each depth.
+      q: K Candidates [B·R, C], one per depth: Q at the node the path's token hangs from (kept per
+        depth, not stacked: each is vocabulary-wide and the walk reads one depth at a time).
+      log_q: float32[B·R, K] log Q_c(token) under the law Q_c the token was drawn from.
+      u: float32[B·R, K] the token's acceptance uniform.
+      watermarked: bool[B·R, K] the tokens' records.
+      cache: the draft's cache after the K − 1 forwards.
+      nonfinite: bool[B·R] the draft produced NaN or +inf logits on the path.
+    """
+
+    tokens: jax.Array
+    drafted: jax.Array
+    q: tuple
+    log_q: jax.Array
+    u: jax.Array
+    watermarked: jax.Array
+    cache: Any
+    nonfinite: jax.Array
+
+
+class TreeVerified(NamedTuple):
+    """Output of :func:`verify_tree`, over the T nodes of :func:`tree_layout` (node 0: the last
+    committed token).
+
+    Attributes:
+      p: Candidates [B, T, C] P after each node.
+      logits: float32[B, T, V] the raw logits (the ``target_logprob`` record).
+      hidden: [B, T, D] the target's hidden states, or None (no feature draft).
+      cache: the target's cache, node i at slot n − 1 + i.
+      nonfinite: bool[B].
+    """
+
+    p: Candidates
+    logits: jax.Array
+    hidden: Any
+    cache: Any
+    nonfinite: jax.Array
+
+
+class Walk(NamedTuple):
+    """Output of :func:`walk`.
+
+    Attributes:
+      node: int32[B] the canonical path of the last accepted node (the root's path 0 if none): the
+        path whose first j drafts are emitted.
+      j: int32[B] accepted depths, 0..K.
+      weights: float32[B, C] the law of the step's last token: the residual after the last rejection,
+        or P at the leaf (bonus); on candidate ``ids`` int32[B, C] (None: the whole vocabulary).
+      u, accept_prob: float32[B, K] the test of the accepted sibling at each depth, or of the last
+        rejected one where the walk stopped (NaN below it).
+      sibling: int32[B, K] the sibling index of that test.
+    """
+
+    node: jax.Array
+    j: jax.Array
+    weights: jax.Array
+    ids: Optional[jax.Array]
+    u: jax.Array
+    accept_prob: jax.Array
+    sibling: jax.Array
+
+
+def _path_inputs(inputs: stages.Inputs, r: int) -> stages.Inputs:
+    """The per-text inputs repeated for the R paths of each text (the B·R rows)."""
+    return inputs._replace(keys=_repeat(inputs.keys, r), words=_repeat(inputs.words, r), start=_repeat(inputs.start, r))
+
+
+def draw_children(st: stages.Static, inputs: stages.Inputs, tokens, pos, q: Candidates, depth: int, sibling, fresh):
+    """Each path's token at ``pos`` (int32[B·R]): the child with index ``sibling`` (int32[B·R]) of its
+    node at 0-based ``depth``, drawn from the node's Q (Candidates [B·R, C]) as one chain draws, re-keyed
+    by c (multi-draft step 1; Alg. 1 line 4 for c = 0). With ``distinct_drafts``, sibling c draws from
+    Q without the tokens of siblings 0..c − 1 (:func:`without_tokens`): every row draws all siblings of
+    its node in turn, so each sees the same earlier ones, and keeps its own.
+
+    Returns:
+      (int32[B·R] token, float32[B·R] log Q_c(token), bool[B·R] watermarked record).
+    """
+    if not (st.distinct_drafts and st.tree[depth] > 1):
+        return stages.draw_draft(st, inputs, tokens, pos, q, fresh, sibling)
+    own, excluded = None, []
+    for c in range(st.tree[depth]):
+        drawn = stages.draw_draft(st, inputs, tokens, pos, without_tokens(q, excluded), fresh,
+                                  jnp.full(pos.shape, c, jnp.int32))
+        own = drawn if own is None else tuple(jnp.where(sibling == c, new, old) for new, old in zip(drawn, own))
+        excluded.append(drawn[0])
+    return own
+
+
+def sibling_uniforms(st: stages.Static, inputs: stages.Inputs, tokens, pos, sibling, fresh) -> jax.Array:
+    """The acceptance uniform of each path's token at ``pos`` (int32[B·R]), sibling ``sibling``
+    (int32[B·R]) of its node: ζ^R re-keyed by c where the context is new (``fresh``, bool[B·R]) under
+    Alg. 1 (line 8 for c = 0), a true uniform of its own otherwise: float32[B·R]."""
+    true_u = sampling.true_uniforms(inputs.words, pos, sampling.candidate_purpose(sampling.PURPOSE_ACCEPT, sibling))
+    if not st.method.pseudorandom_acceptance:
+        return true_u
+    seeds = sampling.position_seeds(inputs.keys, prf.Stream.ACCEPT, tokens, pos, st.context_width)
+    return jnp.where(fresh, prf.position_uniforms(prf.candidate_seeds(seeds, sibling)), true_u)
+
+
+def draft_tree(st: stages.Static, draft_model: DraftModel, inputs: stages.Inputs,
+               state: stages.LoopState) -> TreeDrafts:
+    """K depths of the draft tree over the B·R path rows (multi-draft step 1; Alg. 1 lines 3-5, with
+    the acceptance uniforms of line 8 drawn here, while each path's text is at hand).
+
+    One draft forward per depth over all paths (``draft_first``, then ``draft_next`` per drafted
+    token; the K-th token's forward is skipped). Every path reads Q at its node from the node's
+    canonical path, so the siblings of a node see one Q.
+    """
+    branching, k, method = st.tree, st.lookahead, st.method
+    r, bsz = num_paths(branching), state.n.shape[0]
+    rows_n, path_inputs, tokens = _repeat(state.n, r), _path_inputs(inputs, r), _repeat(state.tokens, r)
+    logits, carry, cache = draft_model.draft_first(inputs.draft_params, state.draft_cache, tokens, rows_n,
+                                                   state.features, lookahead=k)
     nonfinite = jnp.zeros((bsz * r,), bool)
-    drafted, qs, log_qs, us, watermarked = [], [], [], [], []
-    for s in range(k):
+    per_depth = []
+    for s in range(k):  # K is small and static: unrolled
         pos = rows_n + s
         q, bad = st.process(logits)
         nonfinite = nonfinite | bad
         q = _gather_rows(q, _rows(parent_path(branching, s), bsz))
         sibling = jnp.tile(jnp.asarray(sibling_index(branching, s)), bsz)
-        fresh = (context.is_new_context(path_tokens, pos, path_inputs.start, st.context_width) if need_fresh
-                 else jnp.zeros(pos.shape, bool))
-        if st.distinct_drafts and branching[s] > 1:
-            # every row draws each sibling of its node in turn, each from Q without the earlier ones
-            token = log_q = marked = None
-            earlier = []
-            for c in range(branching[s]):
-                c_rows = jnp.full(pos.shape, c, jnp.int32)
-                q_c = without_tokens(q, earlier)
-                tok_c, log_q_c, marked_c = _draw_sibling(st, path_inputs, path_tokens, pos, q_c, c_rows, fresh)
-                mine = sibling == c
-                token = tok_c if token is None else jnp.where(mine, tok_c, token)
-                log_q = log_q_c if log_q is None else jnp.where(mine, log_q_c, log_q)
-                marked = marked_c if marked is None else jnp.where(mine, marked_c, marked)
-                earlier.append(tok_c)
-        else:
-            token, log_q, marked = _draw_sibling(st, path_inputs, path_tokens, pos, q, sibling, fresh)
-        path_tokens = set_at(path_tokens, pos, token)
-        log_qs.append(log_q)
-        true_u = sampling.true_uniforms(path_inputs.words, pos,
-                                        sampling.candidate_purpose(sampling.PURPOSE_ACCEPT, sibling))
-        if method.pseudorandom_acceptance:
-            accept_seeds = prf.candidate_seeds(
-                sampling.position_seeds(path_inputs.keys, prf.Stream.ACCEPT, path_tokens, pos, st.context_width),
-                sibling)
-            true_u = jnp.where(fresh, prf.position_uniforms(accept_seeds), true_u)
-        drafted.append(token)
-        qs.append(q)
-        us.append(true_u)
-        watermarked.append(marked)
+        fresh = (context.is_new_context(tokens, pos, path_inputs.start, st.context_width)
+                 if method.watermark_draft or method.pseudorandom_acceptance else jnp.zeros(pos.shape, bool))
+        token, log_q, marked = draw_children(st, path_inputs, tokens, pos, q, s, sibling, fresh)
+        tokens = set_at(tokens, pos, token)
+        u = sibling_uniforms(st, path_inputs, tokens, pos, sibling, fresh)
+        per_depth.append((token, q, log_q, u, marked))
         if s < k - 1:
-            logits, carry, draft_cache = draft_model.draft_next(inputs.draft_params, draft_cache, token, carry)
+            logits, carry, cache = draft_model.draft_next(inputs.draft_params, cache, token, carry)
+    drafted, qs, log_q, u, marked = zip(*per_depth)
+    stack = lambda xs: jnp.stack(xs, axis=1)  # noqa: E731
+    return TreeDrafts(tokens, stack(drafted), qs, stack(log_q), stack(u), stack(marked), cache, nonfinite)
 
-    # verify: the target over the tree's nodes in one forward (tree attention), read back per path
-    parents, node_of = tree_layout(branching)
-    tree_tokens = jnp.concatenate([row_slice(state.tokens, n - 1, 1)] + [
-        d.reshape(bsz, r)[:, ::stride[s]] for s, d in enumerate(drafted)], axis=1)
-    features = state.features
-    tree_logits, hidden, target_cache = target.step_tree(inputs.target_params, state.target_cache, tree_tokens,
-                                                         parents, return_hidden=features is not None)
-    p_tree, target_bad = st.process(tree_logits)
-    node_table = jnp.asarray(node_of)
-    texts = jnp.arange(bsz)
+
+def verify_tree(st: stages.Static, target: LanguageModel, inputs: stages.Inputs, state: stages.LoopState,
+                drafts: TreeDrafts) -> TreeVerified:
+    """One target forward over the tree's nodes with tree attention (multi-draft step 2; Alg. 1 line 6):
+    the last committed token, then each depth's distinct prefixes, read from their canonical paths."""
+    branching, k = st.tree, st.lookahead
+    bsz, stride = state.n.shape[0], strides(branching)
+    by_text = drafts.drafted.reshape(bsz, num_paths(branching), k)
+    tree_tokens = jnp.concatenate([row_slice(state.tokens, state.n - 1, 1)]
+                                  + [by_text[:, ::stride[s], s] for s in range(k)], axis=1)
+    logits, hidden, cache = target.step_tree(inputs.target_params, state.target_cache, tree_tokens,
+                                             tree_layout(branching)[0], return_hidden=state.features is not None)
+    p, bad = st.process(logits)
+    return TreeVerified(p, logits, hidden, cache, bad.any(axis=1))
+
+
+def walk_node(st: stages.Static, p_node: Candidates, q_node: Candidates, drafts: TreeDrafts, depth: int,
+                  node: jax.Array, walking: jax.Array):
+    """Recursive rejection sampling at each text's current node (multi-draft step 3; Alg. 1 lines 9-12
+    with b children in turn): with r_1 = P, child c is accepted when u_c < r_c(x_c) / Q_c(x_c), else
+    r_{c+1} = (r_c − Q_c)+ / ‖(r_c − Q_c)+‖₁ and the next child is tried.
+
+    Args:
+      p_node, q_node: Candidates [B, C], P and Q at the node.
+      drafts: :class:`TreeDrafts`; depth: the node's depth (its children are the drafts at ``depth``).
+      node: int32[B] the node's canonical path; walking: bool[B] texts whose walk reached it.
+
+    Returns:
+      (int32[B] the accepted child's canonical path (``node`` if none), bool[B] accepted, float32[B, C]
+      the residual after the last rejection, and the test recorded for the depth: float32[B] u,
+      float32[B] min(1, r_c / Q_c), int32[B] c).
+    """
+    r, stride = num_paths(st.tree), strides(st.tree)[depth]
+    bsz = node.shape[0]
+    residual = candidates.probs(p_node)
+    parent, accepted, excluded = node, jnp.zeros((bsz,), bool), []
+    u_rec = prob_rec = jnp.full((bsz,), jnp.nan, jnp.float32)
+    sibling_rec = jnp.zeros((bsz,), jnp.int32)
+    for c in range(st.tree[depth]):
+        child = parent + c * stride
+        x = _pick(drafts.drafted[:, depth], child, r)
+        if st.distinct_drafts or c == 0:  # independent siblings share their node's Q
+            q_on_p = _q_on_p(p_node, without_tokens(q_node, excluded))
+        excluded.append(x)
+        log_q = _pick(drafts.log_q[:, depth], child, r)
+        if c == 0:  # as one chain computes it
+            log_ratio = candidates.log_prob(p_node, x[:, None])[:, 0] - log_q
+        else:
+            log_ratio = jnp.log(_prob_at(p_node, residual, x)) - log_q
+        u = _pick(drafts.u[:, depth], child, r)
+        testing = walking & ~accepted
+        ok = testing & (jnp.log(u) < log_ratio)
+        u_rec = jnp.where(testing, u, u_rec)
+        prob_rec = jnp.where(testing, jnp.exp(jnp.minimum(log_ratio, 0.0)), prob_rec)
+        sibling_rec = jnp.where(testing, c, sibling_rec)
+        residual = jnp.where((testing & ~ok)[:, None], theory.residual(residual, q_on_p), residual)
+        node = jnp.where(ok, child, node)
+        accepted = accepted | ok
+    return node, accepted, residual, u_rec, prob_rec, sibling_rec
+
+
+def walk(st: stages.Static, p_tree: Candidates, drafts: TreeDrafts) -> Walk:
+    """The walk from the root, one depth at a time (multi-draft steps 3-4; Alg. 1 lines 7-17): at each
+    reached node :func:`walk_node`; the first node with every child rejected ends the walk with
+    its residual, a walk through K depths ends with P at the leaf (the bonus law).
+
+    Args:
+      p_tree: Candidates [B, T, C] P at every node (:class:`TreeVerified`).
+      drafts: :class:`TreeDrafts`.
+    """
+    k, r = st.lookahead, num_paths(st.tree)
+    bsz = p_tree.z.shape[0]
+    node_table, texts = jnp.asarray(tree_layout(st.tree)[1]), jnp.arange(bsz)
 
     def p_at(path, depth):  # P at the node of each text's path ``path`` [B] at ``depth``
         return jax.tree_util.tree_map(lambda a: a[texts, node_table[path, depth]], p_tree)
 
-    nonfinite = nonfinite.reshape(bsz, r).any(axis=1) | target_bad.any(axis=1)
-
-    # walk: recursive rejection sampling from the root, one depth at a time
-    node = jnp.zeros((bsz,), jnp.int32)  # canonical path of the current node
-    walking = jnp.ones((bsz,), bool)
-    j = jnp.zeros((bsz,), jnp.int32)
-    final_w = final_ids = None
-    u_rec, prob_rec, sib_rec = [], [], []
+    node, walking, j = jnp.zeros((bsz,), jnp.int32), jnp.ones((bsz,), bool), jnp.zeros((bsz,), jnp.int32)
+    weights = ids = None
+    records = []
     for s in range(k):
         p_node = p_at(node, s)
-        q_node = _pick(qs[s], node, r)
-        resid = candidates.probs(p_node)
-        earlier = []
-        accepted = jnp.zeros((bsz,), bool)
-        u_s = prob_s = jnp.full((bsz,), jnp.nan, jnp.float32)
-        sib_s = jnp.zeros((bsz,), jnp.int32)
-        for c in range(branching[s]):
-            child = node + c * stride[s]
-            x = _pick(drafted[s], child, r)
-            if st.distinct_drafts or c == 0:  # independent siblings share their node's Q
-                q_on_p = _q_on_p(p_node, without_tokens(q_node, earlier))
-            earlier.append(x)
-            if c == 0:  # as one chain computes it
-                log_ratio = candidates.log_prob(p_node, x[:, None])[:, 0] - _pick(log_qs[s], child, r)
-            else:
-                log_ratio = jnp.log(_prob_at(p_node, resid, x)) - _pick(log_qs[s], child, r)
-            u = _pick(us[s], child, r)
-            testing = walking & ~accepted
-            ok = testing & (jnp.log(u) < log_ratio)
-            u_s = jnp.where(testing, u, u_s)
-            prob_s = jnp.where(testing, jnp.exp(jnp.minimum(log_ratio, 0.0)), prob_s)
-            sib_s = jnp.where(testing, c, sib_s)
-            resid = jnp.where((testing & ~ok)[:, None], theory.residual(resid, q_on_p), resid)
-            node = jnp.where(ok, child, node)
-            accepted = accepted | ok
+        node, accepted, residual, *record = walk_node(st, p_node, _pick(drafts.q[s], node, r), drafts, s,
+                                                          node, walking)
         stopped = walking & ~accepted
-        final_w = jnp.where(stopped[:, None], resid, resid if final_w is None else final_w)
+        weights = jnp.where(stopped[:, None], residual, residual if weights is None else weights)
         if p_node.ids is not None:
-            final_ids = jnp.where(stopped[:, None], p_node.ids, p_node.ids if final_ids is None else final_ids)
-        u_rec.append(u_s)
-        prob_rec.append(prob_s)
-        sib_rec.append(sib_s)
+            ids = jnp.where(stopped[:, None], p_node.ids, p_node.ids if ids is None else ids)
+        records.append(record)
         j = j + (walking & accepted)
         walking = walking & accepted
     p_leaf = p_at(node, k)
-    final_w = jnp.where(walking[:, None], candidates.probs(p_leaf), final_w)
+    weights = jnp.where(walking[:, None], candidates.probs(p_leaf), weights)
     if p_leaf.ids is not None:
-        final_ids = jnp.where(walking[:, None], p_leaf.ids, final_ids)
+        ids = jnp.where(walking[:, None], p_leaf.ids, ids)
+    u, accept_prob, sibling = (jnp.stack(xs, axis=1) for xs in zip(*records))
+    return Walk(node, j, weights, ids, u, accept_prob, sibling)
 
-    # resample: the residual after the last rejection, or the bonus token, from ζ^T
-    tokens = _pick(path_tokens, node, r)
-    position = n + j
-    rejected = j < k
-    source = jnp.where(rejected, SOURCE_RESIDUAL, SOURCE_TARGET).astype(jnp.int8)
-    seeds = use = None
-    if method.watermark_residual or method.watermark_target:
-        fresh = context.is_new_context(tokens, position, inputs.start, st.context_width)
-        use = fresh & jnp.where(rejected, method.watermark_residual, method.watermark_target)
-        seeds = sampling.position_seeds(inputs.keys, prf.Stream.TARGET, tokens, position, st.context_width)
-    uniform = sampling.true_uniforms(inputs.words, position, sampling.PURPOSE_TARGET)
-    index, final_marked = sampling.draw(st.decoder, final_w, final_ids, seeds, uniform, use)
-    final_token = index if final_ids is None else jnp.take_along_axis(final_ids, index[:, None], axis=1)[:, 0]
 
-    stack = lambda xs: jnp.stack(xs, axis=1)  # noqa: E731
-    chosen_marked = stack([_pick(w, node, r) for w in watermarked])
-    chain = stages.Drafts(tokens=tokens, drafted=None, q=None, log_q=None, fresh=None, watermarked=chosen_marked,
-                          cache=None, nonfinite=None)
-    path_nodes = node_table[node]  # int32[B, K + 1]: the chosen path's tree nodes
-    target_logits = jnp.take_along_axis(tree_logits, path_nodes[:, :, None], axis=1)
-    new = stages.commit(st, inputs, state, tokens, j, final_token, source, final_marked, chain, stack(u_rec),
-                        stack(prob_rec), target_logits, siblings=stack(sib_rec))
+def resample(st: stages.Static, inputs: stages.Inputs, state: stages.LoopState, drafts: TreeDrafts, walked: Walk):
+    """The step's last token, at n + j of the accepted path (multi-draft step 4; Alg. 1 lines 12 and
+    15-17): from the walk's residual or the leaf's P, drawn as one chain draws it
+    (:func:`wmspec_jax.stages.draw_final`).
 
-    # keep the accepted path: the target's tree slots moved into place, the chosen path's window
-    # copied to every path of the draft's cache; then roll back as one chain does
-    start = n - 1
-    target_cache = _move_slots(target_cache, start[:, None] + path_nodes, start)
-    draft_cache = _copy_window(draft_cache, node, start, k + 1, r)
-    if features is not None:  # every path's buffer gets the target's hidden states along the chosen path
-        chosen = jnp.take_along_axis(hidden, path_nodes[:, :, None], axis=1).astype(features.dtype)
-        features = row_update(features, rows_n, _repeat(chosen, r))
-    target_cache = stages.rollback_target(target, target_cache, state, j)
-    draft_cache = stages.rollback_draft(draft_model, draft_cache, state._replace(n=rows_n, done=_repeat(state.done, r)),
-                                        _repeat(j, r))
+    Returns:
+      (int32[B, L] the accepted path's buffer, int32[B] token, int8[B] source, bool[B] watermarked record).
+    """
+    tokens = _pick(drafts.tokens, walked.node, num_paths(st.tree))
+    rejected = walked.j < st.lookahead
+    token, watermarked = stages.draw_final(st, inputs, walked.weights, walked.ids, tokens, state.n + walked.j,
+                                           rejected)
+    return tokens, token, jnp.where(rejected, SOURCE_RESIDUAL, SOURCE_TARGET).astype(jnp.int8), watermarked
+
+
+def keep_path(st: stages.Static, target: LanguageModel, draft_model: DraftModel, state: stages.LoopState,
+              drafts: TreeDrafts, verified: TreeVerified, walked: Walk):
+    """The caches keep only the accepted path (multi-draft step 5): the target's tree slots of the path
+    moved to positions n − 1 .. n + K, the chosen path's window of the draft's cache (and the target's
+    hidden states along the path, for a feature draft) copied to every path; then both rolled back to
+    the accepted prefix as one chain rolls back (:func:`wmspec_jax.stages.rollback_target`, ``_draft``).
+
+    Returns:
+      (the target's cache, the draft's cache, the feature buffer or None).
+    """
+    k, r = st.lookahead, num_paths(st.tree)
+    n, start = state.n, state.n - 1
+    path_nodes = jnp.asarray(tree_layout(st.tree)[1])[walked.node]  # int32[B, K + 1]
+    target_cache = _move_slots(verified.cache, start[:, None] + path_nodes, start)
+    draft_cache = _copy_window(drafts.cache, walked.node, start, k + 1, r)
+    features = state.features
+    if features is not None:
+        chosen = jnp.take_along_axis(verified.hidden, path_nodes[:, :, None], axis=1).astype(features.dtype)
+        features = row_update(features, _repeat(n, r), _repeat(chosen, r))
+    target_cache = stages.rollback_target(target, target_cache, state, walked.j)
+    path_state = state._replace(n=_repeat(n, r), done=_repeat(state.done, r))
+    draft_cache = stages.rollback_draft(draft_model, draft_cache, path_state, _repeat(walked.j, r))
+    return target_cache, draft_cache, features
+
+
+def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inputs: stages.Inputs,
+         state: stages.LoopState) -> stages.LoopState:
+    """One step over a draft tree: :func:`draft_tree` → :func:`verify_tree` → :func:`walk` →
+    :func:`resample` → :func:`wmspec_jax.stages.commit` → :func:`keep_path` (module doc)."""
+    r, bsz = num_paths(st.tree), state.n.shape[0]
+    drafts = draft_tree(st, draft_model, inputs, state)
+    verified = verify_tree(st, target, inputs, state, drafts)
+    walked = walk(st, verified.p, drafts)
+    tokens, final_token, source, final_marked = resample(st, inputs, state, drafts, walked)
+    path_nodes = jnp.asarray(tree_layout(st.tree)[1])[walked.node]
+    chain = stages.Drafts(tokens=tokens, drafted=None, q=None, log_q=None, fresh=None,
+                          watermarked=_pick(drafts.watermarked, walked.node, r), cache=None, nonfinite=None)
+    target_logits = jnp.take_along_axis(verified.logits, path_nodes[:, :, None], axis=1)
+    new = stages.commit(st, inputs, state, tokens, walked.j, final_token, source, final_marked, chain, walked.u,
+                        walked.accept_prob, target_logits, siblings=walked.sibling)
+    target_cache, draft_cache, features = keep_path(st, target, draft_model, state, drafts, verified, walked)
+    nonfinite = drafts.nonfinite.reshape(bsz, r).any(axis=1) | verified.nonfinite
     return new._replace(target_cache=target_cache, draft_cache=draft_cache, features=features,
                         nonfinite=state.nonfinite | (nonfinite & ~state.done))

@@ -17,6 +17,9 @@ stage           what it does                                     Alg. 1
 
 A non-speculative method (K = 0) runs :func:`verify` on the last token and
 :func:`resample`'s bonus branch: plain decoding with or without ζ^T.
+The draws inside :func:`draft` and :func:`resample` (:func:`draw_draft`,
+:func:`draw_final`) are shared with the tree step of :mod:`wmspec_jax.multidraft`,
+so a tree draws each token exactly as one chain does.
 
 Every stage is a pure function of arrays; the static choices (models,
 :class:`Static`) are Python values, so a method compiles only the work it
@@ -245,15 +248,8 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
             logits = _biased(st, inputs, logits, tokens, pos, fresh)
         q, bad = st.process(logits)
         nonfinite = nonfinite | bad
-        weights = candidates.probs(q)
-        seeds = _seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
-        index, watermarked = sampling.draw(
-            st.decoder if st.draft_decoder is None else st.draft_decoder, weights, q.ids, seeds,
-            sampling.true_uniforms(inputs.words, pos, sampling.PURPOSE_DRAFT),
-            fresh if method.watermark_draft else None)
-        token = candidates.token_ids(q, index)
+        token, log_q, watermarked = draw_draft(st, inputs, tokens, pos, q, fresh)
         tokens = set_at(tokens, pos, token)
-        log_q = jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse
         per_pos.append((token, q, log_q, fresh, watermarked))
         if s < k - 1:
             logits, carry, cache = model.draft_next(inputs.draft_params, cache, token, carry)
@@ -261,6 +257,31 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
     drafted, qs, log_q, fresh, watermarked = zip(*per_pos)
     return Drafts(tokens, stack(drafted), candidates.stack(qs), stack(log_q), stack(fresh), stack(watermarked),
                   cache, nonfinite)
+
+
+def draw_draft(st: Static, inputs: Inputs, tokens: jax.Array, pos: jax.Array, q: Candidates, fresh: jax.Array,
+               sibling: Optional[jax.Array] = None):
+    """One draft token per row at ``pos`` (int32[B]) from Q (Candidates [B, C]) (Alg. 1 line 4): the
+    draft decoder's draw from ζ^D where the method watermarks the draft and ``fresh`` (bool[B]) says
+    the context is new, else from a true uniform.
+
+    ``sibling`` (int32[B], multi-draft: :mod:`wmspec_jax.multidraft`) re-keys both by the sibling
+    index c, so siblings at one context read different streams; None (one chain) reads the paper's.
+
+    Returns:
+      (int32[B] token, float32[B] log Q(token), bool[B] watermarked record).
+    """
+    method = st.method
+    seeds = _seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
+    purpose = sampling.PURPOSE_DRAFT
+    if sibling is not None:
+        seeds = None if seeds is None else prf.candidate_seeds(seeds, sibling)
+        purpose = sampling.candidate_purpose(purpose, sibling)
+    index, watermarked = sampling.draw(
+        st.decoder if st.draft_decoder is None else st.draft_decoder, candidates.probs(q), q.ids, seeds,
+        sampling.true_uniforms(inputs.words, pos, purpose), fresh if method.watermark_draft else None)
+    log_q = jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse
+    return candidates.token_ids(q, index), log_q, watermarked
 
 
 def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.Array, n: jax.Array,
@@ -336,32 +357,46 @@ def resample(st: Static, inputs: Inputs, p: Candidates, drafts: Optional[Drafts]
       (int32[B] token, int8[B] source, bool[B] watermarked record).
     """
     k = st.lookahead
-    method = st.method
-    position = n + j
     p_final = candidates.take(p, j, axis=1)
-    bonus_weights = candidates.probs(p_final)
+    weights = candidates.probs(p_final)
+    fresh_at_rejection = None
     if k > 0:
         rejected = j < k
         q_rejected = candidates.take(drafts.q, jnp.minimum(j, k - 1), axis=1)
-        weights = jnp.where(rejected[:, None], candidates.residual(p_final, q_rejected), bonus_weights)
+        weights = jnp.where(rejected[:, None], candidates.residual(p_final, q_rejected), weights)
         source = jnp.where(rejected, SOURCE_RESIDUAL, SOURCE_TARGET).astype(jnp.int8)
+        if st.method.watermark_residual:  # the rejected draft's position: its context is the draft stage's
+            fresh_at_rejection = jnp.take_along_axis(drafts.fresh, jnp.minimum(j, k - 1)[:, None], 1)[:, 0]
     else:
         rejected = jnp.zeros(n.shape, bool)
-        weights = bonus_weights
         source = jnp.full(n.shape, SOURCE_TARGET, jnp.int8)
-    watermark_any = method.watermark_residual or method.watermark_target
+    token, watermarked = draw_final(st, inputs, weights, p_final.ids, tokens, n + j, rejected, fresh_at_rejection)
+    return token, source, watermarked
+
+
+def draw_final(st: Static, inputs: Inputs, weights: jax.Array, ids: Optional[jax.Array], tokens: jax.Array,
+               position: jax.Array, rejected: jax.Array, fresh_at_rejection: Optional[jax.Array] = None):
+    """The step's last token at ``position`` (int32[B]), from ``weights`` (float32[B, C] on candidate
+    ``ids`` int32[B, C], None: the whole vocabulary): the residual's law where ``rejected`` (bool[B];
+    Alg. 1 line 12), P's bonus law elsewhere (line 16). Drawn from ζ^T where the method watermarks that
+    kind of token and the context is new, else from a true uniform. ``fresh_at_rejection`` (bool[B]):
+    the caller's verdict on the context where rejected (None: judged here from ``tokens``).
+
+    Returns:
+      (int32[B] token, bool[B] watermarked record).
+    """
+    method = st.method
     seeds = use = None
-    if watermark_any:
+    if method.watermark_residual or method.watermark_target:
         fresh = _is_new_context(st, tokens, position, inputs)
-        if k > 0 and method.watermark_residual:
-            # the rejected draft's position: its context is the draft stage's
-            fresh = jnp.where(rejected, jnp.take_along_axis(drafts.fresh, jnp.minimum(j, k - 1)[:, None], 1)[:, 0],
-                              fresh)
+        if fresh_at_rejection is not None:
+            fresh = jnp.where(rejected, fresh_at_rejection, fresh)
         use = fresh & jnp.where(rejected, method.watermark_residual, method.watermark_target)
         seeds = _seeds(st, inputs, prf.Stream.TARGET, tokens, position)
     uniform = sampling.true_uniforms(inputs.words, position, sampling.PURPOSE_TARGET)
-    index, watermarked = sampling.draw(st.decoder, weights, p_final.ids, seeds, uniform, use)
-    return candidates.token_ids(p_final, index), source, watermarked
+    index, watermarked = sampling.draw(st.decoder, weights, ids, seeds, uniform, use)
+    token = index.astype(jnp.int32) if ids is None else jnp.take_along_axis(ids, index[:, None], axis=1)[:, 0]
+    return token, watermarked
 
 
 def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: jax.Array,
