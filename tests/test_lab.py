@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from wmspec_jax import detect, keys, lab, sampling, sources, speculative, storage, toy
-from wmspec_jax.lab import evaluation, pairs, runs
+from wmspec_jax.lab import detection_rows, evaluation, pairs, runs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "test-secret-that-must-not-leak"
@@ -275,12 +275,12 @@ def test_detection_runs_use_their_batch_size_and_plain_negatives(pipeline_output
 
 def test_split_train_test_takes_the_lowest_indices_for_training():
     recs = [{"index": i} for i in (5, 0, 3, 1, 4, 2, 6)]
-    train, test = evaluation.split_train_test(recs, 2)
+    train, test = detection_rows.split_train_test(recs, 2)
     assert [r["index"] for r in train] == [0, 1] and [r["index"] for r in test] == [2, 3, 4, 5, 6]
-    assert [len(part) for part in evaluation.split_train_test(recs)] == [3, 4]
+    assert [len(part) for part in detection_rows.split_train_test(recs)] == [3, 4]
     for n in (1, 6):
         with pytest.raises(ValueError, match="at least 2 training and 2 test"):
-            evaluation.split_train_test(recs, n)
+            detection_rows.split_train_test(recs, n)
 
 
 def test_no_output_holds_the_secret_or_its_keys(pipeline_outputs):
@@ -317,7 +317,7 @@ def test_detection_texts_rebuild_generation(pipeline_outputs):
     run, _ = lab.detection_runs(SMALL, "gumbel")
     recs = session.records(run, SMALL.num_detection_texts)
     idx = [r["index"] for r in recs]
-    texts = evaluation.texts_from_records(recs, session.prompts, session.keys_for(run, idx))
+    texts = detection_rows.texts_from_records(recs, session.prompts, session.keys_for(run, idx))
     stats = evaluation.FAMILIES["gumbel"].statistics(texts, {"vocab_size": session.pair.vocab_size, "context_width": 4})
     assert stats.provenance.key_fingerprint == SMALL.secret.fingerprint
     cfg = run.config(SMALL.max_new_tokens, pad_id=session.pair.pad_id)

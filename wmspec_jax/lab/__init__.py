@@ -13,6 +13,7 @@ module                              idea
 :mod:`.harness`                     :func:`preflight`, :class:`Session` (lock, pair, prompts, records)
 :mod:`.speed`                       Tables 1-2: :func:`run_speculative`
 :mod:`.detection_experiment`        Figs. 2 and 5: :func:`run_detection` (saves the fitted detectors)
+:mod:`.detection_rows`              the protocol's inputs: prompt + text rows, the train / test split
 :mod:`.robustness`                  edits 0-50 %: :func:`run_robustness` and its figures
 :mod:`.tradeoff_experiment`         Fig. 1: :func:`~.tradeoff_experiment.run_tradeoff` (curves, points, cache, figure)
 :mod:`.decoder_comparison`          every decoder under every method: :func:`~.decoder_comparison.run_comparison`
@@ -21,6 +22,7 @@ module                              idea
 :mod:`.distill_features`            the feature draft's recipe (a head on the target's features)
 :mod:`.corpora`                     human corpora that repeat themselves (form letters, code, tables, ...)
 :mod:`.key_sweep`                   a corpus scored under many keys at the cost of its distinct windows
+:mod:`.model_scores`                a pair's per-token probabilities of texts (model-assisted detection)
 :mod:`.tables`, :mod:`.plots`       CSV / markdown tables and figures
 ==================================  =====================================================================
 
@@ -33,8 +35,8 @@ SciPy).
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "corpora", "data", "decoder_comparison", "detection_experiment", "distill", "distill_data", "distill_features", "edits",
-    "evaluation", "harness", "key_sweep", "pairs", "plots", "robustness", "runs", "settings", "speed", "tables",
+    "corpora", "data", "decoder_comparison", "detection_experiment", "detection_rows", "distill", "distill_data", "distill_features", "edits",
+    "evaluation", "harness", "key_sweep", "model_scores", "pairs", "plots", "robustness", "runs", "settings", "speed", "tables",
     "tradeoff_experiment",
 )
 _NAMES = {

@@ -32,7 +32,7 @@ import numpy as np
 
 from wmspec_jax import batching, decoders, keys, prf, speculative, storage
 from wmspec_jax.sources import SOURCE_DRAFT
-from wmspec_jax.lab import evaluation, runs
+from wmspec_jax.lab import detection_rows, runs
 
 ALPHA = 0.01
 _SAY = functools.partial(print, flush=True)  # a row shows when it is done, also through a pipe
@@ -89,18 +89,18 @@ def human_answers(pair, examples: Sequence, max_new_tokens: int) -> list:
 
 
 def answer_texts(texts: Sequence[batching.GeneratedText], text_keys) -> dict:
-    """The generated answers without their prompts, in :func:`wmspec_jax.lab.evaluation.texts_from_records`'
+    """The generated answers without their prompts, in :func:`wmspec_jax.lab.detection_rows.texts_from_records`'
     layout: ``tokens`` int32[N, L] right-padded, ``lengths`` int32[N], ``keys`` (``text_keys``, in order)."""
     alone = [dataclasses.replace(t, prompt_length=0) for t in texts]
     no_prompts = np.zeros((max(t.index for t in texts) + 1, 0), np.int32)
-    return evaluation.texts_from_records(alone, no_prompts, text_keys)
+    return detection_rows.texts_from_records(alone, no_prompts, text_keys)
 
 
 def human_texts(human: Sequence[Sequence[int]], indices: Sequence[int], text_keys) -> dict:
     """The human answers ``indices`` alone, in the layout of :func:`answer_texts`. Their random sources
-    (:func:`wmspec_jax.lab.evaluation.texts_from_human`) are not read: key-only detectors need none."""
+    (:func:`wmspec_jax.lab.detection_rows.texts_from_human`) are not read: key-only detectors need none."""
     no_prompts = np.zeros((len(human), 0), np.int32)
-    return evaluation.texts_from_human(no_prompts, np.zeros(len(human), np.int32), human, indices, text_keys,
+    return detection_rows.texts_from_human(no_prompts, np.zeros(len(human), np.int32), human, indices, text_keys,
                                        0.0, jax.random.key(0))
 
 

@@ -15,7 +15,7 @@ import os
 import jax
 
 from wmspec_jax import detect, prf, storage
-from wmspec_jax.lab import evaluation, runs
+from wmspec_jax.lab import detection_rows, evaluation, runs
 from wmspec_jax.lab.plots import plot_detection
 from wmspec_jax.lab.harness import Session, log
 from wmspec_jax.lab.settings import GUMBEL, SYNTHID, Settings
@@ -39,7 +39,7 @@ def detection_texts(harness: Session, decoder: str, multi_draft: bool = True) ->
     """The detection experiment's texts of one decoder (generated where missing).
 
     Returns:
-      dict of :func:`wmspec_jax.lab.evaluation.texts_from_records` dicts —
+      dict of :func:`wmspec_jax.lab.detection_rows.texts_from_records` dicts —
       ``ptr``, ``pte`` (Alg. 1, train / test parts: ``num_detection_train``
       texts train), ``ntr``, ``nte`` (plain sampling from the target),
       ``htr``, ``hte`` (human answers of the same prompts, or None) — every
@@ -53,26 +53,26 @@ def detection_texts(harness: Session, decoder: str, multi_draft: bool = True) ->
     pos_run, neg_run = detection_runs(s, decoder)
     pos = harness.records(pos_run, s.num_detection_texts, s.detection_rows)
     neg = harness.records(neg_run, s.num_detection_texts, s.detection_rows)
-    (ptr, pte), (ntr, nte) = (evaluation.split_train_test(r, s.num_detection_train) for r in (pos, neg))
+    (ptr, pte), (ntr, nte) = (detection_rows.split_train_test(r, s.num_detection_train) for r in (pos, neg))
 
     def texts(recs):  # every text is scored under the positive run's key of its index
-        return evaluation.texts_from_records(recs, harness.prompts,
+        return detection_rows.texts_from_records(recs, harness.prompts,
                                              harness.keys_for(pos_run, [r["index"] for r in recs]))
 
     t = {"ptr": texts(ptr), "pte": texts(pte), "ntr": texts(ntr), "nte": texts(nte), "runs": (pos_run, neg_run),
          "multi": {}}
     for shape in s.shapes_at(s.detect_lookahead) if multi_draft else []:
         run = dataclasses.replace(pos_run, drafts=shape)
-        _, test = evaluation.split_train_test(harness.records(run, s.num_detection_texts, s.detection_rows),
+        _, test = detection_rows.split_train_test(harness.records(run, s.num_detection_texts, s.detection_rows),
                                               s.num_detection_train)
-        part = evaluation.texts_from_records(test, harness.prompts, harness.keys_for(run, [r["index"] for r in test]))
+        part = detection_rows.texts_from_records(test, harness.prompts, harness.keys_for(run, [r["index"] for r in test]))
         t["multi"][shape] = {**part, "siblings": run.siblings, "run": run.name}
     p_draft = detect.draft_fraction(t["ptr"]["source"], t["ptr"]["source"] >= 0)
     rng = jax.random.key(s.seed + 7)
     human_ids = harness.human_token_ids(s.num_detection_texts)
     for name, part in (("htr", ptr), ("hte", pte)):
-        idx = evaluation.with_human(human_ids, [r["index"] for r in part])
-        t[name] = (evaluation.texts_from_human(harness.prompts, harness.prompt_lengths, human_ids, idx,
+        idx = detection_rows.with_human(human_ids, [r["index"] for r in part])
+        t[name] = (detection_rows.texts_from_human(harness.prompts, harness.prompt_lengths, human_ids, idx,
                                                harness.keys_for(pos_run, idx), p_draft,
                                                jax.random.fold_in(rng, len(name)))
                    if idx else None)

@@ -55,7 +55,7 @@ import numpy as np
 
 from wmspec_jax import detect, prf, storage
 from wmspec_jax.decoders import WatermarkDecoder
-from wmspec_jax.lab import evaluation, runs
+from wmspec_jax.lab import detection_rows, evaluation, runs
 from wmspec_jax.lab import edits as edits_lib
 from wmspec_jax.detect import metrics
 from wmspec_jax.lab.detection_experiment import DETECTORS_DIR, detection_runs, detection_texts, run_detection
@@ -129,7 +129,7 @@ def human_pool(session: Session) -> np.ndarray:
 
 def edit_texts(texts: dict, kind: str, rate: float, *, seed: Sequence[int], width: int, vocab_size: int,
                human=None, span: int = edits_lib.DEFAULT_SPAN, context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> dict:
-    """The texts of a :func:`wmspec_jax.lab.evaluation.texts_from_records` dict with their generated part edited.
+    """The texts of a :func:`wmspec_jax.lab.detection_rows.texts_from_records` dict with their generated part edited.
 
     The prompt stays; the generated tokens are edited with a generator seeded
     by ``seed + [text index]`` (a text's edit does not depend on its batch).
@@ -238,7 +238,7 @@ def score_cell(decoder: str, detectors: dict, sets: dict, negatives: dict, *, vo
 
 
 def _texts_of(session: Session, run: runs.RunSpec, records: list) -> dict:
-    return evaluation.texts_from_records(records, session.prompts,
+    return detection_rows.texts_from_records(records, session.prompts,
                                          session.keys_for(run, [r["index"] for r in records]))
 
 
@@ -274,7 +274,7 @@ def run_robustness(harness: Session, rs: RobustnessSettings = RobustnessSettings
         t = detection_texts(harness, dec, multi_draft=False)
         pos_run, neg_run = t["runs"]
         brun = basic_run(s, dec)
-        _, basic_test = evaluation.split_train_test(harness.records(brun, s.num_detection_texts, s.detection_rows),
+        _, basic_test = detection_rows.split_train_test(harness.records(brun, s.num_detection_texts, s.detection_rows),
                                                     s.num_detection_train)
         sets = {"alg1": t["pte"], "basic": _texts_of(harness, brun, basic_test)}
         provenance = detect.streams.statistics_provenance(
