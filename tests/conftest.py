@@ -14,26 +14,32 @@ from __future__ import annotations
 import os
 
 # Longest first (seconds of each file on a 2-core x86 CPU, summed from
-# `bash scripts/run_tests.sh --durations=0`, 2026-11-26; the whole suite sums to ~1,630 s).
+# `bash scripts/run_tests.sh --durations=0`, 2026-11-28, before the elemental-emitter flag; the whole
+# suite summed to ~3,680 s on a machine then ~1.5x slower per decode step than on 2026-11-26).
 LONGEST_FILES = (
-    "test_speculative.py",    # ~230 s
-    "test_lab.py",            # ~175 s: the experiment scripts as subprocesses, SIGKILL and resume
-    "test_notebooks.py",      # ~100 s: four notebooks in kernels
-    "test_multidraft.py",     # ~100 s: the multi-draft laws on the toy pair, tiny transformers
-    "test_cli_generate_adversarial.py",  # ~90 s: eight generation configurations of the built-in pair
-    "test_cli.py",            # ~80 s: wmspec-generate / wmspec-detect on the built-in pair
-    "test_parity.py",         # ~80 s: parity with transformers
-    "test_sharding.py",       # ~70 s: 8 forced devices in a subprocess
-    "test_sharded_runs.py",   # ~55 s: 8 devices, two jax.distributed processes
-    "test_benchmarks.py",     # ~55 s: the accelerator check at reduced shapes, six processes
-    "test_builtin.py",        # ~50 s
-    "test_feature_draft.py",  # ~50 s
-    "test_draft_sharding.py",  # ~50 s
-    "test_families.py",       # ~40 s
-    "test_decoder_plugin.py",  # ~65 s: a registered scheme through the tools on the built-in pair
-    "test_hf_synthid.py",     # ~35 s each: transformers' and vLLM's code against the reimplementations
-    "test_hf_kgw.py",
-    "test_engine_gumbel.py",
+    "test_speculative.py",    # ~395 s
+    "test_lab.py",            # ~280 s: the experiment scripts as subprocesses, SIGKILL and resume
+    "test_multidraft.py",     # ~275 s: the multi-draft laws on the toy and generic pairs, tiny transformers
+    "test_notebooks.py",      # ~235 s: five notebooks in kernels
+    "test_cli.py",            # ~230 s: wmspec-generate / wmspec-detect on the built-in pair
+    "test_cli_generate_adversarial.py",  # ~195 s: generation configurations of the built-in pair
+    "test_benchmarks.py",     # ~155 s: the accelerator check at reduced shapes, several processes
+    "test_detect_gumbel.py",  # ~120 s
+    "test_builtin.py",        # ~105 s
+    "test_parity.py",         # ~100 s: parity with transformers
+    "test_sharded_runs.py",   # ~100 s: 8 devices, two jax.distributed processes
+    "test_sharding.py",       # ~100 s: 8 forced devices in a subprocess
+    "test_model_assisted.py",  # ~75 s
+    "test_decoder_plugin.py",  # ~70 s: a registered scheme through the tools on the built-in pair
+    "test_detect_permutation.py",  # ~70 s each
+    "test_families.py",
+    "test_detect_synthid.py",
+    "test_windows.py",
+    "test_tradeoff.py",       # ~60 s each
+    "test_candidates.py",
+    "test_tree_attention.py",
+    "test_robustness.py",     # ~55 s each
+    "test_detect_pvalues.py",
 )
 
 
