@@ -1,5 +1,6 @@
-"""The house's rules, checked on the source: layers import downwards only, no import cycles, scripts are
-modules and thin flag shells, the package ships only what it needs, and the product's files speak of the product."""
+"""The house's rules, checked on the source: layers import downwards only, no import cycles, modules and
+functions stay small, scripts are modules and thin flag shells, the package ships only what it needs, and the
+product's files speak of the product."""
 
 import ast
 import collections
@@ -124,6 +125,26 @@ def test_experiment_scripts_are_thin_flag_shells():
             if lines > MAX_SCRIPT_LINES:
                 long[f"experiments/{f}"] = lines
     assert not long, f"experiment scripts over {MAX_SCRIPT_LINES} lines (move the logic to wmspec_jax/lab): {long}"
+
+
+# A module holds one idea and a function one step of it: past these sizes they are split.
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 80
+
+
+def test_modules_and_functions_stay_small():
+    big_modules, long_functions = {}, {}
+    for name, path in modules().items():
+        source = open(path, encoding="utf-8").read()
+        if len(source.splitlines()) > MAX_MODULE_LINES:
+            big_modules[name] = len(source.splitlines())
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    long_functions[f"{name}.{node.name}"] = length
+    assert not big_modules, f"modules over {MAX_MODULE_LINES} lines: {big_modules}"
+    assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
 
 
 def script_flag_names(path: str) -> set:

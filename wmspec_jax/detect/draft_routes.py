@@ -164,6 +164,43 @@ def steps_from_records(source, valid) -> np.ndarray:
     return out
 
 
+def _route_likelihoods(u, tp: TokenProbs, m: methods_lib.Method, mask, p, q, resid, vshape: tuple) -> tuple:
+    """Likelihoods of each emitted token by the draft, residual and bonus routes (:func:`draft_posterior`):
+    (float64[B, L, S] draft, [B, L, S] residual, [B, L] bonus); 1 where nothing is known of a position."""
+    # values at described but unscored positions, for the step structure (NaN there: uninformative)
+    def described(x, checked, where):
+        raw = np.clip(np.asarray(x, np.float64), 0.0, 1.0)
+        return np.where(where, checked, raw)
+
+    vmask = mask[..., None]
+    p_all = described(tp.target, p, mask)
+    q_all = described(with_variant_axis(tp.draft, 2), q, vmask)
+    r_all = None if resid is None else described(with_variant_axis(tp.residual, 2), resid, vmask)
+    unknown = ~mask & (np.isnan(p_all) | np.isnan(q_all).any(-1))
+    p_all, q_all = np.nan_to_num(p_all), np.nan_to_num(q_all)
+    pv = p_all[..., None]
+    draft_like = np.minimum(pv, q_all)  # [B, L, S]
+    residual_like = np.maximum(pv - q_all, 0.0)
+    if m.pseudorandom_acceptance:
+        uu = np.asarray(u, np.float64)[..., None]
+        ratio = np.where(q_all > 0, np.minimum(1.0, pv / np.where(q_all > 0, q_all, 1.0)), 0.0)
+        keyed_draft = np.where((q_all > 0) & (uu < ratio), q_all, 0.0)
+        keyed_residual = residual_like
+        if tp.rejection is not None and r_all is not None:
+            curve_raw = with_variant_axis(tp.rejection, 3)
+            if curve_raw.shape[-1] < 2:
+                raise ValueError("token_probs.rejection needs at least 2 knots")
+            curve = check_probability_array(curve_raw, "rejection", vshape + (curve_raw.shape[-1],), mask)
+            keyed_residual = np.nan_to_num(r_all) * _interpolate_rejection(
+                np.nan_to_num(curve), np.broadcast_to(uu, q_all.shape)) * (pv > q_all)
+        draft_like = np.where(vmask, keyed_draft, draft_like)
+        residual_like = np.where(vmask, keyed_residual, residual_like)
+    bonus_like = np.where(unknown, 1.0, p_all)
+    draft_like = np.where(unknown[..., None], 1.0, draft_like)
+    residual_like = np.where(unknown[..., None], 1.0, residual_like)
+    return draft_like, residual_like, bonus_like
+
+
 def draft_posterior(u, token_probs: TokenProbs, method: str = "pseudorandom", *, mask=None, valid=None,
                     lookahead: Optional[int] = None, source=None) -> StreamPosterior:
     """The source of each token (draft, residual, bonus) from the models and u only (module doc; Alg. 1).
@@ -219,37 +256,7 @@ def draft_posterior(u, token_probs: TokenProbs, method: str = "pseudorandom", *,
         routes = np.stack([src == SOURCE_DRAFT, src == SOURCE_RESIDUAL, src >= SOURCE_TARGET], -1).astype(np.float64)
         draft_variant = residual_variant = np.minimum(steps_from_records(src, valid), variants - 1)
     else:
-        # values at described but unscored positions, for the step structure (NaN there: uninformative)
-        def described(x, checked, where):
-            raw = np.clip(np.asarray(x, np.float64), 0.0, 1.0)
-            return np.where(where, checked, raw)
-
-        vmask = mask[..., None]
-        p_all = described(tp.target, p, mask)
-        q_all = described(with_variant_axis(tp.draft, 2), q, vmask)
-        r_all = None if resid is None else described(with_variant_axis(tp.residual, 2), resid, vmask)
-        unknown = ~mask & (np.isnan(p_all) | np.isnan(q_all).any(-1))
-        p_all, q_all = np.nan_to_num(p_all), np.nan_to_num(q_all)
-        pv = p_all[..., None]
-        draft_like = np.minimum(pv, q_all)  # [B, L, S]
-        residual_like = np.maximum(pv - q_all, 0.0)
-        if m.pseudorandom_acceptance:
-            uu = np.asarray(u, np.float64)[..., None]
-            ratio = np.where(q_all > 0, np.minimum(1.0, pv / np.where(q_all > 0, q_all, 1.0)), 0.0)
-            keyed_draft = np.where((q_all > 0) & (uu < ratio), q_all, 0.0)
-            keyed_residual = residual_like
-            if tp.rejection is not None and r_all is not None:
-                curve_raw = with_variant_axis(tp.rejection, 3)
-                if curve_raw.shape[-1] < 2:
-                    raise ValueError("token_probs.rejection needs at least 2 knots")
-                curve = check_probability_array(curve_raw, "rejection", vshape + (curve_raw.shape[-1],), mask)
-                keyed_residual = np.nan_to_num(r_all) * _interpolate_rejection(
-                    np.nan_to_num(curve), np.broadcast_to(uu, q_all.shape)) * (pv > q_all)
-            draft_like = np.where(vmask, keyed_draft, draft_like)
-            residual_like = np.where(vmask, keyed_residual, residual_like)
-        bonus_like = np.where(unknown, 1.0, p_all)
-        draft_like = np.where(unknown[..., None], 1.0, draft_like)
-        residual_like = np.where(unknown[..., None], 1.0, residual_like)
+        draft_like, residual_like, bonus_like = _route_likelihoods(u, tp, m, mask, p, q, resid, vshape)
         if lookahead is not None:
             k = int(lookahead)
             state_variant = np.minimum(np.arange(k), variants - 1)

@@ -18,6 +18,29 @@ MAX_SPAN = 1 << 16
 _RESCALE_BELOW = 1e-200
 
 
+class _ScaledLaw:
+    """The law of a partial sum on {0, ..., limit}, times a carried scale: after each term the entries
+    are rescaled once the product of the shares a term keeps of the largest entry could have fallen
+    below :data:`_RESCALE_BELOW` (so nothing underflows; the log of the scales is carried)."""
+
+    def __init__(self, limit: int):
+        self.f = np.zeros(limit + 1)
+        self.f[0] = 1.0
+        self.log_scale = 0.0
+        self.shrink = 0.0  # log of the least share of the largest entry kept since the last rescale
+
+    def shrunk_by(self, log_share: float) -> None:
+        self.shrink += log_share
+        if self.shrink < math.log(_RESCALE_BELOW):
+            top = self.f.max()
+            self.f /= top
+            self.log_scale += math.log(top)
+            self.shrink = 0.0
+
+    def log_total(self) -> float:
+        return self.log_scale + math.log(self.f.sum())
+
+
 def geometric_sum_log_cdf(continue_probs, stop_probs, limit: int) -> float:
     """log P(Σ_j X_j ≤ limit) for independent X_j ~ Geometric on {0, 1, ...}, P(X_j ≥ k) = q_j^k.
 
@@ -41,22 +64,13 @@ def geometric_sum_log_cdf(continue_probs, stop_probs, limit: int) -> float:
     limit = int(limit)
     if limit < 0:
         return -math.inf
-    f = np.zeros(limit + 1)
-    f[0] = 1.0
-    log_scale = 0.0
-    shrink = 0.0  # log of the least share of the largest entry kept since the last rescale
-    floor = math.log(_RESCALE_BELOW)
+    law = _ScaledLaw(limit)
     for q, stop in zip(np.asarray(continue_probs, np.float64), np.asarray(stop_probs, np.float64)):
         if q <= 0.0:
             continue  # X ≡ 0
-        f = lfilter([stop], [1.0, -q], f)
-        shrink += math.log(stop)
-        if shrink < floor:
-            top = f.max()
-            f /= top
-            log_scale += math.log(top)
-            shrink = 0.0
-    return log_scale + math.log(f.sum())
+        law.f = lfilter([stop], [1.0, -q], law.f)
+        law.shrunk_by(math.log(stop))  # each entry keeps at least the share 1 − q of itself
+    return law.log_total()
 
 
 def two_point_sum_log_cdf(steps, zero_prob: float, limit: int) -> float:
@@ -75,24 +89,16 @@ def two_point_sum_log_cdf(steps, zero_prob: float, limit: int) -> float:
     if limit < 0:
         return -math.inf
     s = float(zero_prob)
-    f = np.zeros(limit + 1)
-    f[0] = 1.0
-    log_scale = 0.0
-    shrink, step_shrink, floor = 0.0, math.log(s), math.log(_RESCALE_BELOW)
+    law = _ScaledLaw(limit)
     for a in np.asarray(steps, np.int64):
         if a <= 0:
             continue
-        moved = (1.0 - s) * f[:-a] if a <= limit else None
-        f *= s
+        moved = (1.0 - s) * law.f[:-a] if a <= limit else None
+        law.f *= s
         if moved is not None:
-            f[a:] += moved
-        shrink += step_shrink  # every entry keeps at least the share s of itself
-        if shrink < floor:
-            top = f.max()
-            f /= top
-            log_scale += math.log(top)
-            shrink = 0.0
-    return log_scale + math.log(f.sum())
+            law.f[a:] += moved
+        law.shrunk_by(math.log(s))  # every entry keeps at least the share s of itself
+    return law.log_total()
 
 
 def lattice_steps(weights, levels: int) -> tuple:

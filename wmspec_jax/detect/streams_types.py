@@ -94,6 +94,18 @@ class Records(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
+def _per_row_ints(values, bsz: int, default: int, name: str, expected: str) -> np.ndarray:
+    """int[bsz] from None (``default`` in every row), a scalar or an int[bsz] array (``name``'s check)."""
+    if values is None:
+        return np.full((bsz,), default, np.int64)
+    arr = np.asarray(values)
+    if arr.ndim == 0:
+        arr = np.full((bsz,), int(arr))
+    if arr.shape != (bsz,) or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must be {expected}, got {arr.dtype}{list(arr.shape)}")
+    return arr
+
+
 def check_texts(tokens, lengths=None, starts=None, *, vocab_size: int,
                 context_width: int = prf.DEFAULT_CONTEXT_WIDTH):
     """Validates a batch of texts; returns host arrays (tokens, lengths, starts).
@@ -128,28 +140,15 @@ def check_texts(tokens, lengths=None, starts=None, *, vocab_size: int,
     if not np.issubdtype(tok.dtype, np.integer):
         raise TypeError(f"tokens must hold integer token ids, got dtype {tok.dtype}")
     bsz, length = tok.shape
-    if lengths is None:
-        lens = np.full((bsz,), length, np.int64)
-    else:
-        lens = np.asarray(lengths)
-        if lens.ndim == 0:
-            lens = np.full((bsz,), int(lens))
-        if lens.shape != (bsz,) or not np.issubdtype(lens.dtype, np.integer):
-            raise ValueError(f"lengths must be int[{bsz}], got {lens.dtype}{list(lens.shape)}")
+    lens = _per_row_ints(lengths, bsz, length, "lengths", f"int[{bsz}]")
     bad = np.flatnonzero((lens < 1) | (lens > length))
     if bad.size:
         raise ValueError(
             f"text lengths must lie in [1, {length}] (an empty text cannot be scored); "
             f"rows {bad[:10].tolist()} have lengths {lens[bad[:10]].tolist()}"
         )
-    if starts is None:
-        st = np.full((bsz,), context.detection_start(h), np.int64)
-    else:
-        st = np.asarray(starts)
-        if st.ndim == 0:
-            st = np.full((bsz,), int(st))
-        if st.shape != (bsz,) or not np.issubdtype(st.dtype, np.integer):
-            raise ValueError(f"starts must be an int or int[{bsz}], got {st.dtype}{list(st.shape)}")
+    st = _per_row_ints(starts, bsz, context.detection_start(h), "starts", f"an int or int[{bsz}]")
+    if starts is not None:
         bad = np.flatnonzero((st < 0) | (st > lens))
         if bad.size:
             raise ValueError(

@@ -158,34 +158,9 @@ def _summaries(tokens, target, draft, modulus, with_draft: bool, knots: int):
     return out
 
 
-def token_probs_from_distributions(tokens, target, draft=None, *, lengths=None, starts=None,
-                                   vocab_size: Optional[int] = None, spike_modulus: Optional[float] = None,
-                                   rejection_knots: int = REJECTION_KNOTS) -> TokenProbs:
-    """:class:`TokenProbs` of texts from the models' full next-token distributions (the P and Q of Eq. 2-4
-    and Alg. 1).
-
-    Args:
-      tokens: int[B, L] the texts' token ids (prompt + text, as given to the statistics).
-      target: float[B, L, V]: ``target[b, t]`` is P_t, the distribution token ``t`` was drawn from
-        (temperature and top-k applied). Rows outside ``[starts, lengths)`` are ignored.
-      draft: float[B, L, V] Q_t likewise (speculative methods), or float[B, L, S, V] with one
-        distribution per variant (:class:`TokenProbs`: the (s + 1)-th draft of a step), or None.
-      lengths: int[B] valid lengths (default L); starts: int or int[B] first position described
-        (default 1: position 0 has no distribution).
-      vocab_size: V of the statistics' tokenizer; checked against the distributions' V when given.
-      spike_modulus: z for KGW's spike entropy (:func:`.model_assisted.spike_modulus`), or None.
-      rejection_knots: K of :attr:`TokenProbs.rejection`.
-
-    Returns:
-      :class:`TokenProbs` (float32, NaN outside the described positions); ``draft``, ``residual``,
-      ``rejection`` only with ``draft``; ``collision`` / ``cube`` hold P's alone ([B, L, 1, 1])
-      without it.
-
-    Raises:
-      ValueError / TypeError: shapes that disagree, a vocabulary of another size than ``vocab_size``,
-        token ids outside the distributions' vocabulary, NaN, negative or > 1 probabilities, or rows
-        that do not sum to 1 (within 1e-3) in the described positions.
-    """
+def _checked_inputs(tokens, target, draft, lengths, starts, vocab_size, rejection_knots) -> tuple:
+    """(int[B, L] tokens, {"target": [B, L, V], "draft": [B, L, S, V]} distributions, bool[B, L] described
+    positions), checked as :func:`token_probs_from_distributions` documents."""
     tok = np.asarray(tokens)
     if tok.ndim != 2 or not np.issubdtype(tok.dtype, np.integer):
         raise TypeError(f"tokens must be int[B, L], got {tok.dtype}{list(tok.shape)}")
@@ -231,6 +206,38 @@ def token_probs_from_distributions(tokens, target, draft=None, *, lengths=None, 
                              f"{np.abs(sums - 1.0).max() + 1:.4f})")
     if isinstance(rejection_knots, bool) or not isinstance(rejection_knots, (int, np.integer)) or rejection_knots < 2:
         raise ValueError(f"rejection_knots must be an int >= 2, got {rejection_knots!r}")
+    return tok, dists, valid
+
+
+def token_probs_from_distributions(tokens, target, draft=None, *, lengths=None, starts=None,
+                                   vocab_size: Optional[int] = None, spike_modulus: Optional[float] = None,
+                                   rejection_knots: int = REJECTION_KNOTS) -> TokenProbs:
+    """:class:`TokenProbs` of texts from the models' full next-token distributions (the P and Q of Eq. 2-4
+    and Alg. 1).
+
+    Args:
+      tokens: int[B, L] the texts' token ids (prompt + text, as given to the statistics).
+      target: float[B, L, V]: ``target[b, t]`` is P_t, the distribution token ``t`` was drawn from
+        (temperature and top-k applied). Rows outside ``[starts, lengths)`` are ignored.
+      draft: float[B, L, V] Q_t likewise (speculative methods), or float[B, L, S, V] with one
+        distribution per variant (:class:`TokenProbs`: the (s + 1)-th draft of a step), or None.
+      lengths: int[B] valid lengths (default L); starts: int or int[B] first position described
+        (default 1: position 0 has no distribution).
+      vocab_size: V of the statistics' tokenizer; checked against the distributions' V when given.
+      spike_modulus: z for KGW's spike entropy (:func:`.model_assisted.spike_modulus`), or None.
+      rejection_knots: K of :attr:`TokenProbs.rejection`.
+
+    Returns:
+      :class:`TokenProbs` (float32, NaN outside the described positions); ``draft``, ``residual``,
+      ``rejection`` only with ``draft``; ``collision`` / ``cube`` hold P's alone ([B, L, 1, 1])
+      without it.
+
+    Raises:
+      ValueError / TypeError: shapes that disagree, a vocabulary of another size than ``vocab_size``,
+        token ids outside the distributions' vocabulary, NaN, negative or > 1 probabilities, or rows
+        that do not sum to 1 (within 1e-3) in the described positions.
+    """
+    tok, dists, valid = _checked_inputs(tokens, target, draft, lengths, starts, vocab_size, rejection_knots)
     safe_tok = np.where(valid, tok, 0).astype(np.int32)
     target_arr = np.where(valid[..., None], dists["target"], 0.0).astype(np.float32)
     if draft is not None:
