@@ -66,7 +66,7 @@ def _scored_positions(config: HFKGWConfig, ids, valid, dedup: str) -> tuple:
     """(seeds, tokens [B, P], flat indices of the scored positions, row [B, P]) under ``dedup``
     (:func:`score`): a position is scored when its whole n-gram is valid, once per dedup key."""
     B = ids.shape[0]
-    seeds, tokens, ngrams, first = _positions(config, ids)
+    seeds, tokens, ngrams, _ = _positions(config, ids)
     P = tokens.shape[1]
     ok = np.lib.stride_tricks.sliding_window_view(valid, ngrams.shape[-1], axis=1).all(axis=-1)
     row = np.broadcast_to(np.arange(B)[:, None], (B, P))
