@@ -32,7 +32,8 @@ import jax
 import numpy as np
 
 from wmspec_jax import decoders, prf, speculative, storage
-from wmspec_jax.lab import data, pairs
+from wmspec_jax.lab import data
+from wmspec_jax.models import pairs
 
 flags.DEFINE_string("draft", "", "a draft file of the built-in target ('' = the shipped default)")
 flags.DEFINE_list("temperatures", ["0.5", "0.7", "1.0"], "temperatures")

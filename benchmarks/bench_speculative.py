@@ -83,14 +83,15 @@ def load_pair():
     C = ``--num_calls``."""
     b, p = FLAGS.batch_size * FLAGS.num_calls, FLAGS.prompt_length
     if FLAGS.pair == "builtin":
-        from wmspec_jax.lab import data, pairs
+        from wmspec_jax.lab import data
+        from wmspec_jax.models import pairs
 
         pair = pairs.load_pair("builtin", FLAGS.builtin_draft)
         questions = data.load_prompt_set("builtin-eli5").take(b, seed=0)
         prompts, lengths = pairs.encode_prompts(pair, questions.prompts, "question", max(p, 64), too_long="truncate")
         return pair.name, pair.target, pair.target_params, pair.draft, pair.draft_params, prompts, lengths
     if FLAGS.pair == "toy":
-        from wmspec_jax.lab import pairs
+        from wmspec_jax.models import pairs
 
         pair = pairs.load_pair("toy", "toy")
         target, tp, draft, dp, vocab = pair.target, pair.target_params, pair.draft, pair.draft_params, pair.vocab_size

@@ -66,7 +66,8 @@ def _scores(decoder, stats):
 def _pair(n: int):
     """(target, target params, draft, draft params, vocabulary, prompts int[n, P], prompt lengths int[n])."""
     if FLAGS.pair == "builtin":
-        from wmspec_jax.lab import data, pairs
+        from wmspec_jax.lab import data
+        from wmspec_jax.models import pairs
 
         pair = pairs.load_pair("builtin", "builtin")
         questions = data.load_prompt_set("builtin-eli5").take(n, seed=7).prompts

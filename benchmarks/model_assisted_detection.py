@@ -39,7 +39,8 @@ from scipy import stats as sps
 
 from wmspec_jax import batching, decoders, detect, keys, sampling, speculative, storage
 from wmspec_jax.detect import draft_routes, metrics, model_assisted
-from wmspec_jax.lab import data, model_scores, pairs
+from wmspec_jax.lab import data, model_scores
+from wmspec_jax.models import pairs
 
 CODE_PROMPTS = (
     "Write a Python function that returns the factorial of n.",

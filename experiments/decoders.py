@@ -33,7 +33,8 @@ from absl import app, flags
 
 from wmspec_jax import decoders
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.lab import data, pairs, runs
+from wmspec_jax.lab import data, runs
+from wmspec_jax.models import pairs
 from wmspec_jax.lab import decoder_comparison as comparison
 from wmspec_jax.lab.harness import script_main
 

@@ -147,6 +147,55 @@ def test_modules_and_functions_stay_small():
     assert not long_functions, f"functions over {MAX_FUNCTION_LINES} lines: {long_functions}"
 
 
+def declared_names(path: str) -> tuple:
+    """(the module's ``__all__`` as written, or None; every name it binds at top level, imports included)."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    declared, bound = None, set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        for target in targets:
+            for leaf in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                if isinstance(leaf, ast.Name):
+                    bound.add(leaf.id)
+                    if leaf.id == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
+                        declared = [e.value for e in node.value.elts]
+                    elif leaf.id == "__all__":
+                        declared = "computed"
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return declared, bound
+
+
+def test_every_module_says_what_it_offers():
+    # A user may rely on the names a module's __all__ lists (and the packages' lazy names, which point into
+    # them); the rest are the module's own helpers, free to change.
+    missing, dangling = [], {}
+    for name, path in modules().items():
+        declared, bound = declared_names(path)
+        if declared is None:
+            missing.append(name)
+        elif declared != "computed" and "__getattr__" not in bound:  # a module __getattr__ computes names
+            unknown = [n for n in declared if n not in bound]
+            if unknown:
+                dangling[name] = unknown
+    assert not missing, f"modules without __all__: {missing}"
+    assert not dangling, f"__all__ names a module does not bind: {dangling}"
+    import importlib
+
+    unexported = []
+    for package in ("wmspec_jax", "wmspec_jax.detect", "wmspec_jax.lab"):
+        names = getattr(importlib.import_module(package), "_NAMES")
+        for public, where in names.items():
+            module = modules()[f"{package}.{where}"]
+            declared, _ = declared_names(module)
+            if declared != "computed" and public not in declared:
+                unexported.append(f"{package}.{public} -> {where}")
+    assert not unexported, f"lazy names their module does not list in __all__: {unexported}"
+
+
 def script_flag_names(path: str) -> set:
     """The absl flags a script defines at import (``flags.DEFINE_*("name", ...)`` at module level)."""
     names = set()

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from wmspec_jax import batching, decoders, keys, sampling, speculative, toy
+from wmspec_jax import batching, decoders, keys, sampling, speculative, text_record, toy
 from wmspec_jax.speculative import SpeculativeConfig
 
 V = 6
@@ -67,17 +67,39 @@ def test_texts_do_not_depend_on_the_batch_size_and_match_one_call(one_call):
 def test_the_record_round_trips_and_bad_records_are_named():
     text = in_batches(7)[0].texts[0]
     rec = text.record()
-    assert tuple(rec) == batching.FIELDS
-    assert batching.GeneratedText.from_record({"id": "x", **rec, "extra": 1}) == text
+    assert tuple(rec) == text_record.TEXT_FIELDS
+    assert text_record.GeneratedText.from_record({"id": "x", **rec, "extra": 1}) == text
     assert rec["aatps"] == len(text.tokens) / text.num_steps
     with pytest.raises(ValueError, match="'source'"):
-        batching.GeneratedText.from_record({k: v for k, v in rec.items() if k != "source"})
+        text_record.GeneratedText.from_record({k: v for k, v in rec.items() if k != "source"})
     with pytest.raises(ValueError, match="tokens but"):
-        batching.GeneratedText.from_record({**rec, "source": rec["source"] + [0]})
+        text_record.GeneratedText.from_record({**rec, "source": rec["source"] + [0]})
     with pytest.raises(ValueError, match="'index'"):
-        batching.GeneratedText.from_record({**rec, "index": True})
+        text_record.GeneratedText.from_record({**rec, "index": True})
     with pytest.raises(ValueError, match="stopped"):
-        batching.GeneratedText.from_record({**rec, "stopped": "eof"})
+        text_record.GeneratedText.from_record({**rec, "stopped": "eof"})
+
+
+def test_one_line_per_text_with_its_format_version_older_lines_read_newer_refused():
+    text = in_batches(7)[0].texts[1]
+    line = text_record.generation_line(text, "r1", batch_seconds=0.5, batch_tokens=9, batch=0, batch_rows=3)
+    assert line["format_version"] == text_record.FORMAT_VERSION == 2
+    assert line["id"] == "r1/%d" % text.index and line["run"] == "r1"
+    assert {k: line[k] for k in text_record.TEXT_FIELDS} == text.record()
+    assert text_record.GeneratedText.from_record(line) == text
+    assert text_record.is_complete(line, "r1", text.index)
+    assert not text_record.is_complete(line, "r2", text.index) and not text_record.is_complete(line, "r1", 99)
+    assert not text_record.is_complete({k: v for k, v in line.items() if k != "batch_tokens"}, "r1", text.index)
+    older = {k: v for k, v in line.items() if k != "format_version"}  # format 1: the lines written before
+    assert text_record.check_format(older) == 1 and text_record.GeneratedText.from_record(older) == text
+    assert text_record.is_complete(older, "r1", text.index)
+    for bad, message in ((3, "newer"), ("2", "must be an int"), (0, "must be an int"), (True, "must be an int")):
+        with pytest.raises(text_record.FormatError, match=message):
+            text_record.GeneratedText.from_record({**line, "format_version": bad})
+        with pytest.raises(text_record.FormatError, match=message):
+            text_record.is_complete({**line, "format_version": bad}, "r1", text.index)
+    with pytest.raises(ValueError, match="replace"):  # a writer cannot overwrite the text's own fields
+        text_record.generation_line(text, "r1", tokens=[1, 2])
 
 
 def test_arguments_are_checked_before_any_work():

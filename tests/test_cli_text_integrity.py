@@ -159,6 +159,26 @@ def test_a_line_without_its_key_derivation_is_scored_with_the_secret_and_a_warni
     assert rc == 2 and "key_derivation" in err and "--ignore_provenance" in err, err
 
 
+def test_lines_of_a_newer_record_format_are_refused_by_both_tools_and_older_ones_read(tmp_path, key, record):
+    from wmspec_jax import text_record
+    from wmspec_jax.cli import generate as cli_generate
+
+    rc, stdout, err = call([write_jsonl(tmp_path / "v1.jsonl", [record]), key])  # no format_version: format 1
+    assert rc == 0, err
+    current = write_jsonl(tmp_path / "v2.jsonl", [dict(record, format_version=text_record.FORMAT_VERSION)])
+    rc, again, err = call([current, key])
+    assert rc == 0 and score_of(lines(again)[0]) == score_of(lines(stdout)[0]), err
+    newer = dict(record, format_version=text_record.FORMAT_VERSION + 1)
+    rc, stdout, err = call([write_jsonl(tmp_path / "new.jsonl", [record, newer]), key])
+    assert rc == 2 and "new.jsonl:2" in err and "newer" in err, err
+    # wmspec-generate resuming a file with such a line stops before any model loads and keeps the file
+    out = write_jsonl(tmp_path / "out.jsonl", [newer])
+    before = open(out, "rb").read()
+    rc, _, err = run_tool(cli_generate, ["--output=" + out, "--run=gen-x", key], SECRET, b"Why is the sky blue?\n")
+    assert rc == 2 and "newer" in err and "--output" in err, err
+    assert open(out, "rb").read() == before
+
+
 @pytest.mark.parametrize("name", ["answers.json", "answers.txt", "answers"])
 def test_jsonl_is_recognised_by_its_content_whatever_its_name(tmp_path, key, name):
     path = write_jsonl(tmp_path / name, [{"id": "a", "text": TEXT}, {"id": "b", "text": OTHER}])

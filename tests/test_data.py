@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from wmspec_jax.lab import data
+from wmspec_jax.models import pairs
 
 
 def test_builtin_questions_are_questions_with_answers():
@@ -95,17 +96,17 @@ def test_bad_specs_and_files(tmp_path):
 
 
 def test_pack_prompts_and_take():
-    toks, lens = data.pack_prompts([[5, 6, 7], [1], [1, 2, 3, 4, 5]], max_length=4, pad_id=0, too_long="keep_last")
+    toks, lens = pairs.pack_prompts([[5, 6, 7], [1], [1, 2, 3, 4, 5]], max_length=4, pad_id=0, too_long="keep_last")
     assert toks.tolist() == [[5, 6, 7, 0], [1, 0, 0, 0], [2, 3, 4, 5]] and lens.tolist() == [3, 1, 4]
-    first, _ = data.pack_prompts([[1, 2, 3, 4, 5]], max_length=4, too_long="keep_first")
+    first, _ = pairs.pack_prompts([[1, 2, 3, 4, 5]], max_length=4, too_long="keep_first")
     assert first.tolist() == [[1, 2, 3, 4]]
     with pytest.raises(ValueError, match="empty prompt"):
-        data.pack_prompts([[1], []], 4)
+        pairs.pack_prompts([[1], []], 4)
     # the default refuses to cut: cutting from the left would drop BOS and the chat header
     with pytest.raises(ValueError, match=r"1 prompt\(s\) are longer than max_length=4 .*items \[2\] have \[5\]"):
-        data.pack_prompts([[5, 6, 7], [1], [1, 2, 3, 4, 5]], max_length=4)
+        pairs.pack_prompts([[5, 6, 7], [1], [1, 2, 3, 4, 5]], max_length=4)
     with pytest.raises(ValueError, match="max_length"):
-        data.pack_prompts([[1]], 0)
+        pairs.pack_prompts([[1]], 0)
     qs = data.builtin_questions()
     a, b = qs.take(10, seed=1), qs.take(10, seed=1, offset=10)
     assert len(a) == 10 and not set(a.prompts) & set(b.prompts)

@@ -14,8 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from wmspec_jax import detect, keys, lab, sampling, sources, speculative, storage, toy
-from wmspec_jax.lab import detection_rows, evaluation, pairs, runs
+from wmspec_jax import detect, keys, lab, sampling, sources, speculative, storage, text_record, toy
+from wmspec_jax.lab import detection_rows, evaluation, runs
+from wmspec_jax.models import pairs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "test-secret-that-must-not-leak"
@@ -150,8 +151,11 @@ def test_log_perplexity_is_the_mean_target_nll_of_the_generated_tokens(toy_pair)
 
 
 def test_speculative_row_has_t_intervals():
-    recs = [{"batch": i // 2, "batch_seconds": 1.0 + (i // 2), "batch_tokens": 100, "aatps": 1.0 + 0.1 * i,
-             "logppl": 2.0, "tokens": [0] * 10} for i in range(6)]
+    texts = [text_record.GeneratedText(index=i, prompt_length=3, tokens=(0,) * (10 + i), source=(2,) * (10 + i),
+                                       num_steps=10, logppl=2.0, watermarked_tokens=10, stopped="length")
+             for i in range(6)]  # AATPS 1.0, 1.1, ..., 1.5
+    recs = [text_record.generation_line(t, "x", batch=t.index // 2, batch_seconds=1.0 + (t.index // 2),
+                                        batch_tokens=100, batch_rows=2) for t in texts]
     row = evaluation.speculative_row("x", recs)
     assert row["batches"] == 3 and row["ptt_ms"] == pytest.approx(20.0)
     assert row["aatps"] == pytest.approx(1.25) and row["aatps_ci"] > 0 and row["logppl_ci"] == 0

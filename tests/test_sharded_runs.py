@@ -17,14 +17,16 @@ import pytest
 
 from tests.multidevice import run_on_devices, xla_flags_with_devices
 from wmspec_jax import storage
-from wmspec_jax.lab import pairs, runs
+from wmspec_jax.lab import runs
+from wmspec_jax.models import pairs
 
 SCRIPT = textwrap.dedent(
     """
     import json, os, pathlib, sys, jax, numpy as np
     from tests.models.test_checkpoints import CFG, WORDS, write_checkpoint
     from wmspec_jax import sharding
-    from wmspec_jax.lab import pairs, runs
+    from wmspec_jax.lab import runs
+    from wmspec_jax.models import pairs
     assert jax.device_count() == 8
     root = pathlib.Path(sys.argv[1])
     # 4 query / 2 kv heads, MLP 24 units, vocabulary 40: split over model=2 (kv heads replicated on 4).

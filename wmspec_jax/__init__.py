@@ -15,25 +15,29 @@ The public API (everything else is reached through its module):
                 the secret, per-text stream keys, the pseudorandom construction's version
   LanguageModel, FeatureDraftModel, load_pair
                 the model protocols; the built-in pair, the toy pair or local checkpoints
+                (``models.pairs``)
+  GeneratedText, generate_in_batches
+                one generated text and its JSONL line (``text_record``); many prompts in batches
   detect        detectors from tokens and key (statistics, make, score, p-values, metrics)
   tradeoff, theory          Fig. 1's Pareto frontiers; WS, SE, TV, A_spec
 
 Layers (import downwards only; ``tests/test_architecture.py``): storage
 (``storage``, ``user_cache``) < the algorithm (``prf``, ``keys``, ``context``,
 ``decoders``, ``theory``, ``candidates``, ``sampling``, ``methods``,
-``stages``, ``speculative``, ``lm``, ``toy``, ``sharding``, ``models``,
-``detect``, ``tradeoff``, ``interop``) < the lab (``lab``: data, model pairs, runs, the
+``stages``, ``speculative``, ``lm``, ``toy``, ``sharding``, ``models``, ``batching``,
+``text_record``, ``detect``, ``tradeoff``, ``interop``) < the lab (``lab``: data, runs, the
 experiments) < the tools (``cli``). Modules and names are imported on first
-use (:mod:`wmspec_jax._lazy`): ``import wmspec_jax`` does not start JAX.
+use (:mod:`wmspec_jax._lazy`): ``import wmspec_jax`` does not start JAX. Each module's
+``__all__`` names what it offers; its other names are its own business.
 """
 
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "buffers", "candidates", "cli", "context", "decoders", "detect", "interop", "keys", "lab", "lm", "methods",
+    "batching", "buffers", "candidates", "cli", "context", "decoders", "detect", "interop", "keys", "lab", "lm", "methods",
     "models",
     "multidraft", "prf", "prf_keys", "prf_numpy", "sampling", "sharding", "sources", "speculative", "stages",
-    "storage", "theory", "toy", "tradeoff", "user_cache", "validation",
+    "storage", "text_record", "textnorm", "theory", "toy", "tradeoff", "user_cache", "validation",
 )
 _NAMES = {
     "generate": "speculative", "precompile": "speculative", "SpeculativeConfig": "speculative",
@@ -41,7 +45,8 @@ _NAMES = {
     "WatermarkDecoder": "decoders",
     "Secret": "keys", "text_keys": "keys", "StreamKeys": "keys", "PRF_VERSION": "prf_keys",
     "LanguageModel": "lm", "FeatureDraftModel": "lm",
-    "load_pair": "lab.pairs",
+    "load_pair": "models.pairs",
+    "GeneratedText": "text_record", "generate_in_batches": "batching",
 }
 __getattr__, __dir__, __all__ = attach(__name__, SUBMODULES, _NAMES)
 

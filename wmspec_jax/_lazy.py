@@ -35,3 +35,6 @@ def attach(package: str, submodules: Iterable[str], names: Mapping[str, str]) ->
         return everything
 
     return __getattr__, __dir__, everything
+
+
+__all__ = ["attach"]

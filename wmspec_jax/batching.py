@@ -19,11 +19,9 @@ yields one :class:`Batch` of :class:`GeneratedText` per call of
   (:func:`wmspec_jax.sharding.shard_batch`) and :attr:`Batch.local` says
   which texts this process's devices hold (the ones it writes).
 
-:class:`GeneratedText` is the one typed record of a generated text: the
-experiments' ``generations.jsonl`` lines and ``wmspec-generate``'s output
-lines are its fields (:meth:`GeneratedText.record`) plus the writer's own
-(run, batch timing; prompt, text, settings), and detection and the
-robustness experiment read it back with :meth:`GeneratedText.from_record`.
+:class:`wmspec_jax.text_record.GeneratedText` is the typed generated text; its
+JSONL line (the experiments' ``generations.jsonl``, ``wmspec-generate``'s
+output) is defined, written and read in :mod:`wmspec_jax.text_record`.
 """
 
 from __future__ import annotations
@@ -35,98 +33,8 @@ from typing import Callable, Iterator, Optional, Sequence
 import jax
 import numpy as np
 
-from wmspec_jax import sharding, sources, speculative
-
-FIELDS = ("index", "prompt_length", "tokens", "source", "num_steps", "aatps", "logppl", "watermarked_tokens",
-          "stopped")
-"""The fields :meth:`GeneratedText.record` writes, in order."""
-
-STOPPED = ("eos", "length")
-
-
-@dataclasses.dataclass(frozen=True)
-class GeneratedText:
-    """One generated text.
-
-    Attributes:
-      index: the text's index (its keys and randomness derive from it).
-      prompt_length: tokens of the (packed) prompt before the generated ones.
-      tokens: the generated ids, a stop token included.
-      source: per generated token, its ``wmspec_jax.sources.SOURCE_*`` code
-        (accepted draft, residual, target / bonus).
-      num_steps: loop steps that produced the text (AATPS = tokens / steps).
-      logppl: mean −log P(w_t | w_<t) of the generated tokens under the target
-        at temperature 1 (LOGPPL, Tables 1-2), read off the loop's own target
-        forwards; 0 for an empty text.
-      watermarked_tokens: tokens drawn from a watermark stream from a
-        distribution that was not one-hot (0 for unwatermarked methods and at
-        temperature 0).
-      stopped: ``"eos"`` (the last token is a stop id) or ``"length"``.
-      candidate: per generated token, the sibling it was drawn from under
-        multi-draft sampling (``GenerationResult.candidate``; what the Oracle
-        detectors need); empty for one chain.
-    """
-
-    index: int
-    prompt_length: int
-    tokens: tuple
-    source: tuple
-    num_steps: int
-    logppl: float
-    watermarked_tokens: int
-    stopped: str
-    candidate: tuple = ()
-
-    @property
-    def aatps(self) -> float:
-        """Accepted tokens per step (AATPS, Tables 1-2)."""
-        return len(self.tokens) / max(self.num_steps, 1)
-
-    @property
-    def draft_fraction(self) -> float:
-        """Share of the tokens that are accepted drafts (0 for an empty text)."""
-        if not self.tokens:
-            return 0.0
-        return float(np.mean(np.asarray(self.source) == sources.SOURCE_DRAFT))
-
-    def record(self) -> dict:
-        """The JSON fields of the text (:data:`FIELDS`; ``candidate`` too for a multi-draft text)."""
-        rec = {"index": self.index, "prompt_length": self.prompt_length, "tokens": list(self.tokens),
-               "source": list(self.source), "num_steps": self.num_steps, "aatps": self.aatps,
-               "logppl": self.logppl, "watermarked_tokens": self.watermarked_tokens, "stopped": self.stopped}
-        if self.candidate:
-            rec["candidate"] = list(self.candidate)
-        return rec
-
-    @classmethod
-    def from_record(cls, rec: dict) -> "GeneratedText":
-        """The text of a saved record (extra fields ignored). Raises ``ValueError`` naming a field
-        that is missing or of the wrong type."""
-        def need(name, kind):
-            value = rec.get(name)
-            if not isinstance(value, kind) or isinstance(value, bool):
-                raise ValueError(f"record {rec.get('id', rec.get('index'))!r}: field {name!r} missing or not "
-                                 f"{'a list' if kind is list else 'a number'}")
-            return value
-
-        tokens, source = need("tokens", list), need("source", list)
-        if len(tokens) != len(source):
-            raise ValueError(f"record {rec.get('id', rec.get('index'))!r}: {len(tokens)} tokens but "
-                             f"{len(source)} sources")
-        stopped = rec.get("stopped", "length")
-        if stopped not in STOPPED:
-            raise ValueError(f"record {rec.get('id', rec.get('index'))!r}: stopped must be one of {STOPPED}")
-        candidate = rec.get("candidate") or []
-        if not isinstance(candidate, list) or (candidate and len(candidate) != len(tokens)) or not all(
-                isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in candidate):
-            raise ValueError(f"record {rec.get('id', rec.get('index'))!r}: candidate must be a list of one "
-                             "sibling index >= 0 per token")
-        return cls(index=need("index", int), prompt_length=need("prompt_length", int),
-                   tokens=tuple(int(t) for t in tokens), source=tuple(int(s) for s in source),
-                   num_steps=need("num_steps", int), logppl=float(need("logppl", (int, float))),
-                   watermarked_tokens=int(rec.get("watermarked_tokens", 0)), stopped=stopped,
-                   candidate=tuple(candidate))
-
+from wmspec_jax import sharding, speculative
+from wmspec_jax.text_record import GeneratedText
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
@@ -249,3 +157,6 @@ def generate_in_batches(
         yield Batch(texts=tuple(_texts(res, idx, config.stop_ids, config.draft_tree is not None)),
                     local=tuple(row in local_rows for row in range(len(idx))),
                     seconds=seconds, new_tokens=new_tokens, rows=batch_size)
+
+
+__all__ = ["Batch", "generate_in_batches", "host_array"]

@@ -20,3 +20,6 @@ def row_update(x: jax.Array, start: jax.Array, window: jax.Array) -> jax.Array:
 def set_at(x: jax.Array, pos: jax.Array, value: jax.Array) -> jax.Array:
     """x with x[b, pos[b]] = value[b]."""
     return x.at[jnp.arange(x.shape[0]), pos].set(value)
+
+
+__all__ = ["row_slice", "row_update", "set_at"]

@@ -240,3 +240,7 @@ def to_dense(c: Candidates, vocab_size: int) -> jax.Array:
     rows = jnp.arange(flat_ids.shape[0])[:, None]
     dense = jnp.zeros((flat_ids.shape[0], vocab_size), jnp.float32).at[rows, flat_ids].set(p.reshape(-1, c.size))
     return dense.reshape(c.z.shape[:-1] + (vocab_size,))
+
+
+__all__ = ["Candidates", "from_logits", "is_one_hot", "leading", "log_prob", "probs", "process", "residual",
+           "select_top_k", "stack", "take", "to_dense", "token_ids", "with_logits"]

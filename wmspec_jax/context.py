@@ -95,3 +95,6 @@ def is_new_context(tokens: jax.Array, position: jax.Array, start: jax.Array, wid
     earlier = (pos >= jnp.asarray(start, jnp.int32)[:, None]) & (pos < jnp.asarray(position)[:, None])
     seen = jnp.any(jnp.all(all_ctx == own, axis=-1) & earlier, axis=-1)
     return ~seen
+
+
+__all__ = ["detection_start", "is_new_context", "scored_mask"]

@@ -210,3 +210,6 @@ def tree_ancestors(parents: tuple) -> np.ndarray:
 
 DraftModel = Union[LanguageModel, FeatureDraftModel]
 """Anything the loop can draft with (the draft protocol of the module doc)."""
+
+
+__all__ = ["Cache", "DraftModel", "FeatureDraftModel", "LanguageModel", "Params", "tree_ancestors", "tree_depths"]

@@ -80,3 +80,6 @@ METHODS = {
     )
 }
 """Every method by name."""
+
+
+__all__ = ["METHODS", "Method", "PSEUDORANDOM", "TRUE_RANDOM"]

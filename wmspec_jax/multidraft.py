@@ -562,3 +562,9 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
     nonfinite = drafts.nonfinite.reshape(bsz, r).any(axis=1) | verified.nonfinite
     return new._replace(target_cache=target_cache, draft_cache=draft_cache, features=features,
                         nonfinite=state.nonfinite | (nonfinite & ~state.done))
+
+
+__all__ = ["MAX_PATHS", "REMAINING_MASS_EPS", "TreeDrafts", "TreeVerified", "Walk", "check_branching", "draft_tree",
+           "draw_children", "initial_state", "keep_path", "max_siblings", "num_paths", "parent_path", "parse_shape",
+           "resample", "sibling_index", "sibling_uniforms", "step", "strides", "tree_layout", "verify_tree", "walk",
+           "walk_node", "without_tokens"]

@@ -331,3 +331,11 @@ def gather_contexts(tokens: jax.Array, positions: jax.Array, width: int) -> jax.
     safe = jnp.clip(idx, 0, tokens.shape[1] - 1).reshape(tokens.shape[0], -1)
     gathered = jnp.take_along_axis(tokens, safe, axis=1).reshape(idx.shape)
     return jnp.where(idx >= 0, gathered, -1)
+
+
+__all__ = ["DEFAULT_CONTEXT_WIDTH", "KeyLike", "Lane", "MAX_CONTEXT_WIDTH", "NUM_GBITS_PER_HASH", "NUM_STREAMS",
+           "PRF_V1", "PRF_VERSION", "PRF_VERSIONS", "Stream", "UNCHANGED_SINCE_V1", "WatermarkKey", "candidate_seeds",
+           "check_context_width", "check_prf_version", "check_stream_keys", "context_seeds", "first_in_permutation",
+           "gather_contexts", "hash_values", "keyed_permutation", "mix", "order_lane", "position_uniforms",
+           "same_construction", "stream_keys", "to_uniform", "token_gbits", "token_uniforms", "vocab_gbits",
+           "vocab_keyed_permutation", "vocab_uniforms"]

@@ -186,3 +186,8 @@ def check_context_width(h) -> int:
     if isinstance(h, bool) or not isinstance(h, (int, np.integer)) or not 1 <= h <= MAX_CONTEXT_WIDTH:
         raise ValueError(f"context width h must be an int in [1, {MAX_CONTEXT_WIDTH}], got {h!r}")
     return int(h)
+
+
+__all__ = ["DEFAULT_CONTEXT_WIDTH", "KeyLike", "Lane", "MAX_CONTEXT_WIDTH", "NUM_GBITS_PER_HASH", "NUM_STREAMS",
+           "PRF_V1", "PRF_VERSION", "PRF_VERSIONS", "Stream", "UNCHANGED_SINCE_V1", "WatermarkKey",
+           "check_context_width", "check_prf_version", "same_construction", "stream_keys"]

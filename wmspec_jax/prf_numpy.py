@@ -79,3 +79,7 @@ def keyed_permutation(seeds, tokens, vocab_size):
     hv = hash_values(seeds[..., None, :], v, prf.Lane.KGW_ORDER)
     before = (hv < own[..., None]) | ((hv == own[..., None]) & (v < w[..., None]))
     return before.sum(axis=-1).astype(np.int32)
+
+
+__all__ = ["context_seeds", "hash_values", "keyed_permutation", "mix", "position_uniforms", "to_uniform",
+           "token_gbits", "token_uniforms"]

@@ -174,3 +174,8 @@ def watermarked_token(decoder: decoders.WatermarkDecoder, probs: jax.Array, seed
     """A token drawn from S(P, ζ) over the whole vocabulary (probs float32[B, V]): int32[B] (``uniform``:
     the private uniform of a decoder that samples with private randomness)."""
     return watermark_index(decoder, jnp.asarray(probs, jnp.float32), None, seeds, uniform)
+
+
+__all__ = ["PURPOSE_ACCEPT", "PURPOSE_DRAFT", "PURPOSE_TARGET", "as_row_keys", "candidate_purpose", "check_rng",
+           "draw", "position_seeds", "row_words", "sample", "text_rngs", "true_uniforms", "watermark_index",
+           "watermarked_token"]

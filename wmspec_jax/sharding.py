@@ -273,3 +273,8 @@ def per_device_bytes(tree) -> dict[Any, int]:
         for device in sharding.device_set:
             out[device] = out.get(device, 0) + nbytes
     return out
+
+
+__all__ = ["AXES", "DATA", "DistributedInfo", "MODEL", "MeshSpec", "batch_sharding", "local_rows", "make_mesh",
+           "maybe_initialize_distributed", "parse_mesh_spec", "per_device_bytes", "place", "process_shard_name",
+           "shard_batch", "shard_params"]

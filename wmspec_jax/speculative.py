@@ -402,3 +402,6 @@ def _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_ke
         raise ValueError(f"per-row watermark keys must have {bsz} rows, got {keys.shape[0]}")
     rng = sampling.check_rng(rng, bsz)
     return (target, draft, config, target_params, draft_params, device_prompts, device_lengths, keys, rng)
+
+
+__all__ = ["GenerationResult", "MAX_LOOKAHEAD", "SpeculativeConfig", "generate", "precompile", "trace_count"]

@@ -578,3 +578,8 @@ def initial_state(st: Static, target: LanguageModel, draft_model: Optional[Draft
 def buffer_length(st: Static, prompt_width: int) -> int:
     """Token buffer length: prompt + budget + K + 2 slack (windows never clamp)."""
     return prompt_width + st.max_new_tokens + st.lookahead + 2
+
+
+__all__ = ["Drafts", "Inputs", "LoopState", "Records", "Static", "accept", "acceptance_uniforms", "buffer_length",
+           "commit", "draft", "draw_draft", "draw_final", "initial_state", "resample", "rollback", "rollback_draft",
+           "rollback_target", "step", "verify"]

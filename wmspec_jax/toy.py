@@ -104,3 +104,6 @@ def sequence_probs(probs: np.ndarray, last_prompt_token: int, length: int) -> np
         # joint[..., a] * T[a, b] -> joint[..., a, b]
         joint = joint[..., None] * probs.reshape((1,) * (joint.ndim - 1) + probs.shape)
     return joint
+
+
+__all__ = ["log_table", "markov_model", "markov_pair", "sequence_probs"]

@@ -31,3 +31,6 @@ def directory(part: str) -> Optional[str]:
     except OSError:
         return None
     return path if os.access(path, os.W_OK) else None
+
+
+__all__ = ["ENV_VAR", "directory"]

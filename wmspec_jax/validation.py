@@ -31,16 +31,25 @@ def is_concrete(x) -> bool:
     return concrete(x) is not None
 
 
-def check_probs(probs, name: str = "probs", atol: float = PROB_SUM_ATOL):
-    """Raises ValueError unless ``probs[..., V]`` is a probability vector per row."""
-    shape = np.shape(probs)
+def _vocab_values(x, name: str, dtype):
+    """``x`` as a host array of ``dtype`` after the checks every distribution input shares (a vocabulary
+    axis, no NaN); None under tracing, where only the shape can be checked."""
+    shape = np.shape(x)
     if len(shape) < 1 or shape[-1] < 1:
         raise ValueError(f"{name} must have a vocabulary axis, got shape {shape}")
-    if not is_concrete(probs):
-        return probs
-    p = np.asarray(probs, dtype=np.float64)
-    if np.isnan(p).any():
+    if not is_concrete(x):
+        return None
+    values = np.asarray(x, dtype=dtype)
+    if np.isnan(values).any():
         raise ValueError(f"{name} contains NaN")
+    return values
+
+
+def check_probs(probs, name: str = "probs", atol: float = PROB_SUM_ATOL):
+    """Raises ValueError unless ``probs[..., V]`` is a probability vector per row."""
+    p = _vocab_values(probs, name, np.float64)
+    if p is None:
+        return probs
     if not np.isfinite(p).all():
         raise ValueError(f"{name} contains inf")
     if (p < 0).any():
@@ -54,14 +63,9 @@ def check_probs(probs, name: str = "probs", atol: float = PROB_SUM_ATOL):
 
 def check_logits(logits, name: str = "logits"):
     """Raises ValueError on NaN / +inf logits or rows that are entirely -inf."""
-    shape = np.shape(logits)
-    if len(shape) < 1 or shape[-1] < 1:
-        raise ValueError(f"{name} must have a vocabulary axis, got shape {shape}")
-    if not is_concrete(logits):
+    x = _vocab_values(logits, name, np.float32)
+    if x is None:
         return logits
-    x = np.asarray(logits, dtype=np.float32)
-    if np.isnan(x).any():
-        raise ValueError(f"{name} contains NaN")
     if np.isposinf(x).any():
         raise ValueError(f"{name} contains +inf")
     if np.isneginf(x).all(axis=-1).any():
@@ -89,3 +93,7 @@ def check_unit_interval(x, name: str, open_interval: bool = False):
         interval = "(0, 1)" if open_interval else "[0, 1]"
         raise ValueError(f"{name} must lie in {interval}")
     return x
+
+
+__all__ = ["PROB_SUM_ATOL", "check_logits", "check_probs", "check_same_vocab", "check_unit_interval", "concrete",
+           "is_concrete"]

@@ -22,6 +22,13 @@ def test_statistics_reproduce_generation_records(gumbel_pos, synth_pos):
         assert np.array_equal(np.asarray(st.u)[tested], rec.accept_u[tested])
         # sources only where generated; bonus tokens exist and are TARGET-stream tokens
         assert set(np.unique(rec.source[np.asarray(st.mask)])) <= {0, 1, 2}
+        # the typed batch says the same as its fields (a statistic that ignored its starts would differ)
+        typed = stats_fn(rec, run.keys, vocab_size=c.VOCAB)
+        assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(typed[:-1], st[:-1]))
+        assert not np.array_equal(np.asarray(stats_fn(rec.tokens, run.keys, lengths=rec.lengths, starts=0,
+                                                      vocab_size=c.VOCAB).mask), np.asarray(st.mask))
+        with pytest.raises(ValueError, match="come with the Records"):
+            stats_fn(rec, run.keys, lengths=rec.lengths, vocab_size=c.VOCAB)
 
 
 def test_statistics_match_the_numpy_twin():

@@ -94,7 +94,7 @@ def test_default_draft_is_the_feature_draft(target):
 
 def test_draft_flag_names_a_draft_and_results_store_it():
     from wmspec_jax import lab
-    from wmspec_jax.lab import pairs
+    from wmspec_jax.models import pairs
 
     v3 = os.path.join(ROOT, "drafts", ARCHIVED["v3"])
     assert pairs.builtin_draft("builtin") == (builtin.DEFAULT_DRAFT, None)

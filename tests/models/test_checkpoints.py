@@ -256,7 +256,7 @@ def test_stop_tokens_from_generation_config_and_the_chat_template(tmp_path):
 
 
 def test_experiment_pair_from_directories_uses_the_end_of_turn_and_the_padded_width(tmp_path):
-    from wmspec_jax.lab import pairs
+    from wmspec_jax.models import pairs
 
     kw = {"eos_token": "<eot>", "chat_template": CHAT}
     write_checkpoint(tmp_path / "target", CFG.replace(vocab_size=44), words=EOT_WORDS,

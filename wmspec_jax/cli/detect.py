@@ -392,3 +392,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+__all__ = ["CHUNK_TEXTS", "DECODERS", "PROG", "ScoringRun", "define_flags", "iter_results", "main", "run"]

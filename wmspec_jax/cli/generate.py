@@ -21,10 +21,10 @@ without replacement (multi-draft sampling, ``docs/multidraft.md``); their
 lines carry ``draft_tree`` and each token's sibling (``candidate``), and
 ``wmspec-detect`` scores them over the sibling streams.
 
-Each output line is one text: ``id``, ``run``, the fields of
-:class:`wmspec_jax.batching.GeneratedText` (``index``, the generated token ids
-with the end-of-turn token, each token's source, steps, AATPS, LOGPPL,
-watermarked tokens, why it stopped; the experiments' records hold the same),
+Each output line is one text line of :mod:`wmspec_jax.text_record` (its
+format version, ``id``, ``run``, ``index``, the generated token ids with the
+end-of-turn token, each token's source, steps, AATPS, LOGPPL, watermarked
+tokens, why it stopped; the experiments' records hold the same) with
 ``prompt``, ``text`` (the decoded tokens, normalised as ``wmspec-detect``
 normalises every text it reads: :mod:`wmspec_jax.textnorm`; prompts are
 normalised the same way before they are tokenised, so a BOM or a CRLF in a
@@ -70,7 +70,7 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from wmspec_jax import keys
+from wmspec_jax import keys, text_record
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.cli.texts import InputError, read_inputs
@@ -243,6 +243,11 @@ def _open_output(fv, run: str, stderr):
         print(f"{PROG}: {store.load_report()}", file=stderr)
     usable, unusable = [], []
     for rec in store.values():
+        try:
+            text_record.check_format(rec, f"{fv.output}: line {rec.get('id')!r}"[:200])
+        except text_record.FormatError as e:
+            lock.release()
+            raise InputError(f"--output={e}; choose another --output") from None
         index = rec.get("index")
         ok = isinstance(rec.get("run"), str) and isinstance(index, int) and not isinstance(index, bool)
         (usable if ok else unusable).append(rec)
@@ -297,13 +302,13 @@ def _settings_record(fv, pair, secret, config) -> dict:
 
 
 def _records(fv, run, pair, prompts, where, texts, secret, config) -> list:
-    """Output lines: each text's :class:`wmspec_jax.batching.GeneratedText` fields, its prompt, the
-    decoded text and the settings."""
+    """Output lines (:func:`wmspec_jax.text_record.generation_line`): each text's own fields, its prompt,
+    the decoded text and the settings."""
     settings = _settings_record(fv, pair, secret, config)
-    return [{"id": f"{run}/{t.index}", "run": run, **t.record(), "input": where[t.index - fv.first_index],
-             "prompt": prompts[t.index - fv.first_index], "text": normalize_text(pair.decode(list(t.tokens))),
-             "num_tokens": len(t.tokens), **settings, **_text_watermark(settings, t),
-             "draft_fraction": t.draft_fraction} for t in texts]
+    return [text_record.generation_line(
+        t, run, input=where[t.index - fv.first_index], prompt=prompts[t.index - fv.first_index],
+        text=normalize_text(pair.decode(list(t.tokens))), num_tokens=len(t.tokens),
+        **{**settings, **_text_watermark(settings, t)}, draft_fraction=t.draft_fraction) for t in texts]
 
 
 def _text_watermark(settings: dict, text) -> dict:
@@ -388,7 +393,7 @@ def _report_repeated_prompts(fv, texts: Sequence[str], where: Sequence[str], std
 def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     """Runs the tool on parsed flags; returns the number of texts generated now."""
     from wmspec_jax import batching, sampling, storage
-    from wmspec_jax.lab import pairs
+    from wmspec_jax.models import pairs
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     all_paths = list(fv.input) + list(paths)
@@ -499,3 +504,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+__all__ = ["KEY_MODES", "MAX_INDEX", "PER_TEXT_FIELDS", "PROG", "define_flags", "generate_texts", "main", "run"]

@@ -157,3 +157,16 @@ def _from_name(name: str, num_layers: int = 30, alpha: float = DEFAULT_DIPMARK_A
 
 
 WatermarkDecoder.from_name = staticmethod(_from_name)
+
+
+__all__ = ["DECODER_KINDS", "DECODER_NAMES", "DEFAULT_DIPMARK_ALPHA", "DEFAULT_KGW_DELTA", "DEFAULT_KGW_GAMMA",
+           "DIPMARK", "DiPmark", "FAMILIES", "GAMMA_REWEIGHT", "GUMBEL", "GumbelMax", "INVERSE_TRANSFORM",
+           "InverseTransform", "KGW", "KGWDecoder", "MAX_SYNTHID_LAYERS", "SCHEMES", "SETTINGS_FIELDS", "STATISTICS",
+           "SYNTHID", "SYNTHID_LIMIT", "SynthID", "SynthIDLimit", "WatermarkDecoder", "alignment_value",
+           "check_temperature", "check_top_k", "dipmark", "dipmark_decoder", "dipmark_sorted", "first_argmax",
+           "from_settings", "green_list_size", "gumbel", "gumbel_max", "gumbel_max_index", "gumbel_max_token",
+           "identity", "inverse_cdf", "inverse_transform", "inverse_transform_decoder", "inverse_transform_index",
+           "kgw", "kgw_decoder", "kgw_green", "kinds", "linear_mixture", "make", "names", "permutation",
+           "process_logits", "register", "sample_token", "scheme_class", "statistics", "synthid", "synthid_decoder",
+           "synthid_limit", "synthid_limit_decoder", "top_k_mask", "tournament", "tournament_layer",
+           "tournament_packed", "unregister"]

@@ -268,3 +268,8 @@ def check_real(name: str, value, low: float, high: float, scheme: str, closed: t
         lo, hi = "[" if closed[0] else "(", "]" if closed[1] else ")"
         raise ValueError(f"{scheme} needs {name} in {lo}{low:g}, {high:g}{hi}, got {name}={value!r}")
     return float(value)
+
+
+__all__ = ["DEFAULT_DIPMARK_ALPHA", "DEFAULT_KGW_DELTA", "DEFAULT_KGW_GAMMA", "FAMILIES", "GUMBEL", "KGW",
+           "SETTINGS_FIELDS", "SYNTHID", "WatermarkDecoder", "check_real", "from_settings", "kinds", "make", "names",
+           "register", "scheme_class", "statistics", "unregister"]

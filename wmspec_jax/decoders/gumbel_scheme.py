@@ -99,3 +99,4 @@ def gumbel_max(probs: jax.Array, uniforms: jax.Array) -> jax.Array:
     return _one_hot_like(gumbel_max_token(jnp.log(p), uniforms), p)
 
 
+__all__ = ["GumbelMax", "gumbel", "gumbel_max", "gumbel_max_index", "gumbel_max_token"]

@@ -227,3 +227,6 @@ def process_logits(logits: jax.Array, temperature, top_k: int | None = None) -> 
     top = jnp.max(x, axis=-1, keepdims=True)
     return jax.nn.log_softmax((x - jnp.where(jnp.isfinite(top), top, 0.0)) / _float(temperature), axis=-1)
 
+
+__all__ = ["check_temperature", "check_top_k", "first_argmax", "identity", "inverse_cdf", "linear_mixture",
+           "process_logits", "sample_token", "top_k_mask"]

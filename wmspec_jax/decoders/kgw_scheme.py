@@ -145,3 +145,4 @@ def kgw(probs: jax.Array, ranks: jax.Array, gamma, delta) -> jax.Array:
     return w / jnp.sum(w, axis=-1, keepdims=True)
 
 
+__all__ = ["KGWDecoder", "green_list_size", "kgw", "kgw_decoder", "kgw_green"]

@@ -246,3 +246,6 @@ def dipmark(probs: jax.Array, order: jax.Array, alpha) -> jax.Array:
     return jnp.take_along_axis(reweighted, inverse, axis=-1)
 
 
+__all__ = ["DIPMARK", "DiPmark", "GAMMA_REWEIGHT", "INVERSE_TRANSFORM", "InverseTransform", "alignment_value",
+           "dipmark", "dipmark_decoder", "dipmark_sorted", "inverse_transform", "inverse_transform_decoder",
+           "inverse_transform_index", "permutation"]

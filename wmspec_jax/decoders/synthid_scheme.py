@@ -236,3 +236,5 @@ def _g_layers_first(probs, g_values, layers_axis):
     return g_values
 
 
+__all__ = ["MAX_SYNTHID_LAYERS", "SYNTHID_LIMIT", "SynthID", "SynthIDLimit", "synthid", "synthid_decoder",
+           "synthid_limit", "synthid_limit_decoder", "tournament", "tournament_layer", "tournament_packed"]

@@ -331,3 +331,7 @@ def bayes_token_llr(detector: Bayes, stats: SynthIDStats, source=None) -> jax.Ar
 def posterior(scores: Scores) -> jax.Array:
     """P(H1 | data) = σ(log-odds)."""
     return jax.nn.sigmoid(scores.score)
+
+
+__all__ = ["Bayes", "BayesConfig", "TauMLP", "bayes_detector", "bayes_token_llr", "config_of", "init_params",
+           "posterior", "score_bayes"]

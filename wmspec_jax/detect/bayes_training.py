@@ -274,3 +274,6 @@ def train_bayes(config: BayesConfig, train: Dataset, val: Dataset,
         selected=selected,
     )
     return det, hist
+
+
+__all__ = ["Dataset", "TrainConfig", "TrainHistory", "make_dataset", "train_bayes"]

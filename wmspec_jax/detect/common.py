@@ -231,3 +231,7 @@ def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
         raise TypeError(f"expected a detector object (wmspec_jax.detect.make / fit_* / load_detector), got "
                         f"{type(detector).__name__}")
     return detector.score(stats, source=source, rng=rng)
+
+
+__all__ = ["Detector", "KINDS", "Scores", "TokenTerms", "check_unit", "config_provenance", "decision_scores",
+           "detector_config", "fitted_provenance", "ignored_rng", "score"]

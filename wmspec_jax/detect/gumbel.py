@@ -530,3 +530,9 @@ def _check_kind(detector, kind: str) -> None:
     if not isinstance(detector, Detector) or detector.kind != kind:
         got = getattr(detector, "kind", type(detector).__name__)
         raise TypeError(f"expected a fitted '{kind}' detector, got {got!r}")
+
+
+__all__ = ["ArsPrior", "ArsTau", "GammaDetector", "Oracle", "PRIOR_COIN_DOMAIN", "SingleStream", "TAU_GRID",
+           "ars_prior_detector", "ars_terms", "choose_ars_tau", "choose_oracle", "choose_prior", "fit_ars_tau",
+           "gamma_test", "prior_uniforms", "score_ars_prior", "score_ars_tau", "score_oracle", "score_single",
+           "select", "split_settings", "tree_sum"]

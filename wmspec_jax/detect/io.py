@@ -164,3 +164,6 @@ def load_detector(path) -> Detector:
                          for name, layer in zip(("hidden1", "hidden2", "output"), params["mlp"])}
     config_provenance(config)
     return from_saved(meta["kind"], config, params)
+
+
+__all__ = ["FORMAT", "load_detector", "save_detector"]

@@ -1,9 +1,9 @@
 """What a text line says about how to score it: settings, keys and token ids, checked (Sec. 4.2).
 
 A line is a JSON object — a generation record of ``wmspec-generate`` or of an
-experiment (:meth:`wmspec_jax.batching.GeneratedText.record` plus the
-writer's settings), or any ``{"text": ...}`` — or a plain text (its record
-``{}``). :func:`read_line` turns it into a :class:`TextLine`: the decoder
+experiment (the text line of :mod:`wmspec_jax.text_record`; one of a newer
+format than this package reads is an error naming the line), or any
+``{"text": ...}`` — or a plain text (its record ``{}``). :func:`read_line` turns it into a :class:`TextLine`: the decoder
 settings, the keys and the token ids the detectors score
 (:func:`wmspec_jax.detect.scoring.score_lines`).
 
@@ -27,14 +27,12 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from wmspec_jax import keys
+from wmspec_jax import keys, text_record
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.textnorm import normalize_text
 
 MAX_INDEX = 2 ** 64  # per-text keys hash the index as a uint64
 KEY_CHOICES = ("recorded", "deployment", "per_text")
-GENERATION_FIELDS = ("run", "index", "tokens", "key_fingerprint", "decoder", "prf_version", "method")
-"""Fields that mark a line as a generation record (whose keys matter), not just a text."""
 SETTINGS = ("decoder", "draft_decoder", "synthid_layers", "context_width", "siblings")
 """The settings :class:`Overrides` may fix and the defaults must give."""
 
@@ -142,9 +140,13 @@ def read_line(record: dict, where: str, number: int, ids: Sequence[int], *, secr
       assumed_direct: receives ``where`` when a generation record without a
         ``key_derivation`` is scored with the secret itself.
     Raises:
-      LineError: a field of the wrong type, or one that conflicts with the
-      secret or an override.
+      LineError: a line of a newer text-record format, a field of the wrong
+      type, or one that conflicts with the secret or an override.
     """
+    try:
+        text_record.check_format(record, where)
+    except text_record.FormatError as e:
+        raise LineError(str(e)) from None
     check_provenance(record, where, secret, overrides)
     decoder, m, h, draft = settings_of(record, where, overrides, defaults)
     run, index = key_of(record, where, number, overrides, assumed_direct)
@@ -297,7 +299,7 @@ def key_of(record: dict, where: str, number: int, overrides: Overrides,
         if not isinstance(run, str) or index is None:
             raise LineError(f"{where}: per-text keys need both 'run' (a string) and 'index' (an int >= 0)")
         return run, index
-    if wanted is None and assumed_direct is not None and any(f in record for f in GENERATION_FIELDS):
+    if wanted is None and assumed_direct is not None and any(f in record for f in text_record.GENERATION_MARKERS):
         assumed_direct.append(where)
     return None, None
 
@@ -369,3 +371,9 @@ def _first_difference(decoded: str, text: str) -> str:
     if not decoded:
         return "the tokens decode to nothing"
     return f"they differ from character {at} on; the tokens decode to {len(decoded)} characters, the text has {len(text)}"
+
+
+__all__ = ["KEY_CHOICES", "LineError", "MAX_INDEX", "Overrides", "SETTINGS", "TextLine", "check_provenance",
+           "check_text_matches_tokens", "conflict", "key_of", "multidraft_cap", "prf_version_of", "read_line",
+           "record_int", "recorded_candidate", "recorded_ids", "recorded_option", "settings_of", "siblings_of",
+           "stream_keys"]

@@ -247,3 +247,8 @@ def mean_ci(values, level: float = 0.95) -> tuple[float, float]:
         return float(x[0]), float("nan")
     half = sps.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
     return float(x.mean()), float(half)
+
+
+__all__ = ["Estimate", "PairedComparison", "auc", "bootstrap_auc", "bootstrap_tpr_at_alpha", "bootstrap_tpr_at_fpr",
+           "clopper_pearson", "mean_ci", "paired_comparison", "roc_curve", "tpr_at_alpha", "tpr_at_fpr",
+           "tpr_by_length"]

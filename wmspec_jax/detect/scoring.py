@@ -519,3 +519,8 @@ def results_table(results: Sequence[dict]) -> str:
     out = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
     out.insert(1, "  ".join("-" * w for w in widths).rstrip())
     return "\n".join(out)
+
+
+__all__ = ["Corpus", "DEDUP_CHOICES", "DetectorSpec", "NOT_ENOUGH", "ScoringOptions", "build_detector",
+           "detector_result", "finite", "parse_detectors", "result_line", "results_table", "score_foreign",
+           "score_group", "score_lines", "score_texts", "search_weights", "settings_defaults", "verdict"]

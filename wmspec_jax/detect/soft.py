@@ -300,3 +300,6 @@ def score_soft(detector: Soft, stats: GumbelStats, source=None) -> Scores:
     table, bins = _soft_inputs(detector, stats, source)
     p = detector.params
     return _soft_test(table, jnp.asarray(p["e_edges"]), jnp.asarray(p["log_null"]), arrays_only(stats), bins)
+
+
+__all__ = ["DEFAULT_E_EDGES", "Soft", "fit_soft", "score_soft", "soft_token_scores"]

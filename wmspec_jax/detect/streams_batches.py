@@ -131,3 +131,7 @@ def concat_source(sources, length: int) -> np.ndarray:
         [np.pad(np.asarray(s, np.int8), [(0, 0), (0, length - np.shape(s)[1])], constant_values=SOURCE_NONE)
          for s in sources]
     )
+
+
+__all__ = ["arrays_only", "concat", "concat_source", "draft_fraction", "num_scored", "pseudo_source", "take",
+           "truncate"]

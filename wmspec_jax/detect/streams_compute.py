@@ -15,7 +15,7 @@ import numpy as np
 from wmspec_jax import context, decoders, keys as keys_lib, prf
 from wmspec_jax.detect import synthid_search
 from wmspec_jax.detect.provenance import Provenance
-from wmspec_jax.detect.streams_types import GumbelStats, SynthIDStats, _check_keys, check_texts
+from wmspec_jax.detect.streams_types import GumbelStats, Records, SynthIDStats, _check_keys, check_texts
 
 alignment_value = decoders.alignment_value  # the inverse transform's statistic (its module's)
 
@@ -161,6 +161,17 @@ def _check_candidate(candidate, shape: tuple, siblings: int):
     return jnp.asarray(candidate, jnp.int32)
 
 
+def _texts_of(tokens, lengths, starts) -> tuple:
+    """(tokens, lengths, starts) of either form the statistics take: token ids with their lengths and starts,
+    or one typed batch of generated texts (:class:`Records`: its tokens, lengths and starts; passing
+    ``lengths`` / ``starts`` beside it would say two things at once)."""
+    if not isinstance(tokens, Records):
+        return tokens, lengths, starts
+    if lengths is not None or starts is not None:
+        raise ValueError("lengths / starts come with the Records; pass them only with token ids")
+    return tokens.tokens, tokens.lengths, tokens.starts
+
+
 def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None,
                       context_width: int = prf.DEFAULT_CONTEXT_WIDTH, decoder=None, draft_decoder=None,
                       siblings: int = 1, candidate=None, sibling_weights=None,
@@ -169,7 +180,9 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
     whose statistic is one uniform per token and stream).
 
     Args:
-      tokens: int[B, L] token ids (prompt + text when the prompt is known).
+      tokens: int[B, L] token ids (prompt + text when the prompt is known), or a :class:`Records` batch
+        (:func:`records_from_generation`; its lengths and starts too — the Oracle's ``candidate`` is still
+        passed explicitly, ``candidate=records.candidate``).
       key: the keys generation used: :class:`wmspec_jax.keys.StreamKeys`
         (from :func:`wmspec_jax.keys.text_keys`), a secret
         (:class:`wmspec_jax.keys.Secret`, bytes/str/int) used directly, or raw
@@ -205,7 +218,8 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
     if one_stream and decoder != draft_decoder:
         raise ValueError(f"{decoder.label}'s statistic is the target stream's for every token: no other "
                          "draft_decoder with it")
-    tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
+    tok, lens, st = check_texts(*_texts_of(tokens, lengths, starts), context_width=context_width,
+                                vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
     _check_siblings(siblings)
     candidate = _check_candidate(candidate, tok.shape, siblings)
@@ -238,12 +252,13 @@ def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths
         the streams generation used (the records' counterpart of the Oracle); needs ``siblings``
         > its maximum, as :func:`gumbel_statistics`.
       sibling_weights: w_c of the search (:func:`check_sibling_weights`; None: the default).
-      Others: as :func:`gumbel_statistics`.
+      Others (``tokens``: ids or a :class:`Records` batch): as :func:`gumbel_statistics`.
     """
     if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 1:
         raise ValueError(f"number of SynthID layers m must be a positive int, got {num_layers!r}")
     prf.check_prf_version(prf_version)  # SynthID's values are the same in every version
-    tok, lens, st = check_texts(tokens, lengths, starts, context_width=context_width, vocab_size=vocab_size)
+    tok, lens, st = check_texts(*_texts_of(tokens, lengths, starts), context_width=context_width,
+                                vocab_size=vocab_size)
     keys = _check_keys(key, tok.shape[0])
     _check_siblings(siblings)
     candidate = _check_candidate(candidate, tok.shape, siblings)
@@ -275,3 +290,7 @@ def statistics(decoder, tokens, keys, *, draft_decoder=None, **kwargs):
     if decoder.family == decoders.SYNTHID:
         return synthid_statistics(tokens, keys, decoder.num_layers, **kwargs)
     return gumbel_statistics(tokens, keys, decoder=decoder, **kwargs)  # uniform statistics and KGW's
+
+
+__all__ = ["SIBLING_DECAY", "alignment_value", "check_sibling_weights", "gumbel_statistics",
+           "resolved_sibling_weights", "statistics", "statistics_provenance", "synthid_statistics"]

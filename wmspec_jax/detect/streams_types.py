@@ -250,3 +250,7 @@ def records_from_generation(result: Any) -> Records:
         accept_u=fields["accept_u"].astype(np.float32),
         candidate=candidate,
     )
+
+
+__all__ = ["GumbelStats", "Records", "SynthIDStats", "check_source", "check_statistics", "check_texts",
+           "records_from_generation"]

@@ -206,3 +206,7 @@ class MeanTest(Detector):
     def from_saved(cls, config, params) -> "MeanTest":
         known, rest = _split_settings(config, ("streams", "weighted"))
         return cls(config_provenance(config), info=rest, **known)
+
+
+__all__ = ["MIXTURES", "MODES", "MeanTest", "STREAMS", "both_g", "mean_test", "score_mean_single", "select_g",
+           "synthid_weights"]

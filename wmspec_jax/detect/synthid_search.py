@@ -91,3 +91,6 @@ def searched_gbits(sibling_gbits: jnp.ndarray, accept_seeds: jnp.ndarray,
     count = jnp.where(y <= 0.5, low, high)
     ranks = jnp.argsort(jnp.argsort(draws[..., n:], axis=-1), axis=-1)
     return (ranks < count[..., None]).astype(jnp.uint8)
+
+
+__all__ = ["searched_gbits", "tables"]

@@ -14,3 +14,6 @@ green lists and processor), ``hf_kgw_jax``, ``hf_kgw_detect``; ``engine_gumbel_c
 ``engine_gumbel_prf`` (Philox in NumPy), ``engine_gumbel_jax``, ``engine_gumbel_detect``. Import from the
 public modules.
 """
+
+
+__all__ = []

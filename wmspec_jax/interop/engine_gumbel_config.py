@@ -200,3 +200,7 @@ def key_words(key: int) -> np.ndarray:
     """uint32[2] ``(key & 0xFFFFFFFF, key >> 32)``: the form the JAX functions take."""
     key = _check_key(key)
     return np.array([key & _MASK, key >> 32], dtype=_U)
+
+
+__all__ = ["EngineConfig", "PRF_VERSION", "VllmDualKeyGumbelConfig", "VllmGumbelConfig", "config_from_dict",
+           "derive_watermark_key", "key_words"]

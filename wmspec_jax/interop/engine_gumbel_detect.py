@@ -338,3 +338,7 @@ def dual_key_log_sf(n: int, s: float, alpha: float, *, rel_tol: float = 1e-15) -
             if log_tail <= log_p + math.log(rel_tol):
                 return min(0.0, log_p)
         k_max *= 2
+
+
+__all__ = ["BatchScores", "ScoreResult", "contexts_of", "dual_key_log_sf", "engine_p_value", "gamma_log_sf",
+           "log_p_value", "score", "score_batch", "scored_positions", "token_scores"]

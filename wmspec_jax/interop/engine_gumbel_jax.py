@@ -113,3 +113,6 @@ def gumbel_argmax_jax(kw, logits, contexts):
         raise ValueError(f"logits must be [B, V] and contexts [B, C], got {list(np.shape(logits))} and "
                          f"{list(np.shape(contexts))}")
     return _jitted("argmax", _jax_gumbel_argmax, ())(kw, logits, contexts)
+
+
+__all__ = ["gumbel_argmax_jax", "vocab_uniforms_jax"]

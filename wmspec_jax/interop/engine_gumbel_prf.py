@@ -191,3 +191,7 @@ def sample_tokens(config: EngineConfig, logits, contexts, use_key_b=None) -> np.
     if use_b.dtype != np.bool_ or use_b.shape != (ctx.shape[0],):
         raise ValueError(f"use_key_b must be bool[{ctx.shape[0]}], got {use_b.dtype}{list(use_b.shape)}")
     return np.where(use_b, gumbel_argmax(config.key_b, logits, ctx), gumbel_argmax(config.key_a, logits, ctx))
+
+
+__all__ = ["context_states", "gumbel_argmax", "gumbel_noise", "philox_words", "sample_tokens", "to_uniform",
+           "uniforms", "vocab_uniforms"]

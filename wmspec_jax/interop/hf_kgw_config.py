@@ -169,3 +169,6 @@ def _check_tokens(x, vocab_size: int, name: str, min_len: int = 1) -> np.ndarray
         raise ValueError(f"{name} holds token ids outside [0, {vocab_size}) "
                          f"(min {a.min()}, max {a.max()})")
     return a
+
+
+__all__ = ["DEDUP_RULES", "DEFAULT_HASHING_KEY", "HFKGWConfig", "SCHEMES", "SELFHASH_CANDIDATES", "TABLE_SIZE"]

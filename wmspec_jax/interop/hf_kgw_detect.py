@@ -143,3 +143,6 @@ def score(config: HFKGWConfig, input_ids, vocab_size: int, *, dedup: str = "seed
     z = np.where(n > 0, z, np.nan)
     p = np.exp(binomial_log_sf(g, n, k / V)) if B else np.zeros(0)
     return KGWScore(z.astype(np.float64), n, g, np.where(n > 0, p, 1.0).astype(np.float64))
+
+
+__all__ = ["KGWScore", "score"]

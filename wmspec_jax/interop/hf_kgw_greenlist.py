@@ -151,3 +151,6 @@ def processor_call(config: HFKGWConfig, input_ids, scores, vocab_size: int | Non
     sel_r, sel_c = np.broadcast_to(rows, cand.shape)[green], cand[green]
     out[sel_r, sel_c] = _add_bias(s[sel_r, sel_c], config.bias)
     return out
+
+
+__all__ = ["greenlist", "is_green", "processor_call"]

@@ -97,3 +97,6 @@ def biased_logits(config: HFKGWConfig, contexts, logits, vocab_size: int | None 
         return jnp.where(mask, logits + jnp.float64(config.bias), logits)
     up = logits.astype(jnp.float32) + jnp.float32(config.bias)
     return jnp.where(mask, up.astype(logits.dtype), logits)
+
+
+__all__ = ["biased_logits", "green_mask"]

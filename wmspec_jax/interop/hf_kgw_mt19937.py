@@ -227,3 +227,6 @@ def _track_green(j: np.ndarray, rows: np.ndarray, tokens: np.ndarray, k: int) ->
             go = step & ~stay
             idx, t, p = idx[go], p[go] + 1, jp[go]
     return green
+
+
+__all__ = ["mt19937", "randperm"]

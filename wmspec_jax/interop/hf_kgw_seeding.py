@@ -87,3 +87,6 @@ def mt_seeds(config: HFKGWConfig, context_ids) -> np.ndarray:
     with np.errstate(over="ignore"):
         return _lefthash_seed32(np, np.full(ids.shape[:-1], k0, np.uint32),
                                 np.full(ids.shape[:-1], k1, np.uint32), ids[..., -1].astype(np.uint32))
+
+
+__all__ = ["mt_seeds"]

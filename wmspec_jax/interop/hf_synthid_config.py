@@ -226,3 +226,6 @@ def sampling_table(config: HFSynthIDConfig) -> np.ndarray:
 def _check_config(config):
     if not isinstance(config, HFSynthIDConfig):
         raise ValueError(f"config must be an HFSynthIDConfig, got {type(config).__name__}")
+
+
+__all__ = ["HFSynthIDConfig", "INCREMENT", "MAX_TABLE_SIZE", "MULTIPLIER", "sampling_table"]

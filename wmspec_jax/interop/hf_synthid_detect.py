@@ -254,3 +254,6 @@ def weighted_mean_score(config: HFSynthIDConfig, input_ids, eos_token_id=None, *
     total = (g * w * mask[..., None]).sum(axis=(1, 2))
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n > 0, total / np.maximum(n * d, 1), np.nan)
+
+
+__all__ = ["SynthIDScores", "null_distribution", "score", "weighted_mean_score"]

@@ -184,3 +184,7 @@ def eos_token_mask(input_ids, eos_token_id) -> np.ndarray:
     if eos is None:
         raise ValueError("eos_token_mask needs an eos_token_id")
     return np.cumsum(np.isin(ids, eos), axis=1) == 0
+
+
+__all__ = ["accumulate_hash", "context_repetition_mask", "eos_token_mask", "g_values", "ngram_keys",
+           "sample_g_values"]

@@ -287,3 +287,6 @@ def process_scores(config: HFSynthIDConfig, state: SynthIDState, last_token, sco
                               else jnp.reshape(last_token, (b, 1)), 1, "last_token")[:, 0]
     table = _device_table(config.sampling_table_seed, config.sampling_table_size)
     return _process_jit(table, state, last, jnp.asarray(scores, jnp.float32), config=config)
+
+
+__all__ = ["SynthIDState", "init_state", "process_scores", "update_scores", "vocab_g_values", "watermarked_log_probs"]

@@ -5,7 +5,6 @@ algorithm (the package's other modules but ``cli``) imports it.
 module                              idea
 ==================================  =====================================================================
 :mod:`.data`                        prompts and human texts (ELI5 / C4 from local files, built-in stand-ins)
-:mod:`.pairs`                       ``--target`` / ``--draft``: the built-in pair, the toy pair, checkpoints
 :mod:`.runs`                        one generation setting over many prompts: resumable JSONL records
 :mod:`.evaluation`                  Tables 1-2 rows; the detection protocol of Figs. 2 / 5
 :mod:`.edits`                       token edits of the robustness experiment
@@ -28,7 +27,7 @@ module                              idea
 
 ``experiments/*.py`` are thin absl scripts over these functions (``python -m experiments.reproduce``);
 their flags, one per setting, are ``experiments/flags.py``. Modules and names are imported on first
-use (:mod:`wmspec_jax._lazy`): a tool that needs only :mod:`.pairs` does not import the experiments (and
+use (:mod:`wmspec_jax._lazy`): a tool that needs only :mod:`.data` does not import the experiments (and
 SciPy).
 """
 
@@ -36,7 +35,7 @@ from wmspec_jax._lazy import attach
 
 SUBMODULES = (
     "corpora", "data", "decoder_comparison", "detection_experiment", "detection_rows", "distill", "distill_data", "distill_features", "edits",
-    "evaluation", "harness", "key_sweep", "model_scores", "pairs", "plots", "robustness", "runs", "settings", "speed", "tables",
+    "evaluation", "harness", "key_sweep", "model_scores", "plots", "robustness", "runs", "settings", "speed", "tables",
     "tradeoff_experiment",
 )
 _NAMES = {

@@ -316,53 +316,12 @@ def load_prompt_set(spec: str) -> PromptSet:
 # ---------------------------------------------------------------------------
 
 
-TOO_LONG = ("error", "keep_last", "keep_first")
-
-
-def pack_prompts(token_lists: Sequence[Sequence[int]], max_length: int, pad_id: int = 0, *,
-                 too_long: str = "error") -> tuple[np.ndarray, np.ndarray]:
-    """Left-aligned int32[B, P] prompts and int32[B] lengths.
-
-    Args:
-      token_lists: token ids per prompt.
-      max_length: P at most.
-      pad_id: filler after each prompt.
-      too_long: what to do with a list longer than ``max_length``:
-        ``"error"`` (default: cutting ids silently drops a BOS token or a chat
-        header), ``"keep_last"`` (the end of a prompt conditions the answer)
-        or ``"keep_first"`` (the start of a human text).
-
-    Raises:
-      ValueError: an empty list, a bad ``max_length``, or (``"error"``) lists
-        longer than ``max_length`` — the message names them.
-    """
-    if too_long not in TOO_LONG:
-        raise ValueError(f"too_long must be one of {TOO_LONG}, got {too_long!r}")
-    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
-        raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
-    if not token_lists:
-        raise ValueError("no prompts to pack")
-    sizes = np.array([len(t) for t in token_lists])
-    if (sizes == 0).any():
-        raise ValueError(f"empty prompt after tokenisation (items {np.flatnonzero(sizes == 0)[:10].tolist()})")
-    long = np.flatnonzero(sizes > max_length)
-    if long.size and too_long == "error":
-        raise ValueError(f"{long.size} prompt(s) are longer than max_length={max_length} tokens (items "
-                         f"{long[:10].tolist()} have {sizes[long[:10]].tolist()}); raise the limit "
-                         "(--max_prompt_tokens) or shorten them (pairs.encode_prompts(..., too_long='truncate') "
-                         "shortens the text and keeps BOS and the chat template)")
-    lengths = np.minimum(sizes, max_length).astype(np.int32)
-    out = np.full((len(token_lists), int(lengths.max())), pad_id, np.int32)
-    for i, toks in enumerate(token_lists):
-        toks = list(toks)
-        toks = toks[:max_length] if too_long == "keep_first" else toks[-max_length:]
-        out[i, : len(toks)] = toks
-    return out, lengths
-
-
 def encode_texts(encode: Callable[[str], Iterable[int]], texts: Sequence[str], max_length: int, pad_id: int = 0,
                  *, too_long: str = "keep_first"):
-    """Tokenise texts with ``encode`` and pack them (:func:`pack_prompts`; long texts keep their start)."""
+    """Tokenise texts with ``encode`` and pack them (:func:`wmspec_jax.models.pairs.pack_prompts`; long texts
+    keep their start)."""
+    from wmspec_jax.models.pairs import pack_prompts
+
     return pack_prompts([list(encode(t)) for t in texts], max_length, pad_id, too_long=too_long)
 
 
@@ -378,3 +337,8 @@ def write_human_texts(path: str) -> int:
     rows = [r for r in rows if r["text"].strip()]
     storage.atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     return len(rows)
+
+
+__all__ = ["C4_PROMPT_CHARS", "FORTUNES_DIR", "PromptSet", "SPLITS", "TextExample", "builtin_openings",
+           "builtin_questions", "encode_texts", "load_c4", "load_eli5", "load_prompt_set", "parse_dataset_spec",
+           "parse_fortunes", "split_of", "write_human_texts"]

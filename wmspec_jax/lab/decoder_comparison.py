@@ -15,7 +15,7 @@ dual-key speculative watermark inference engines deploy; ``pseudorandom``, Alg. 
 
 Every text has its own keys (:func:`wmspec_jax.keys.text_keys` of the run and index). The texts are
 the records of :func:`wmspec_jax.lab.runs.generate_run`, read as
-:class:`wmspec_jax.batching.GeneratedText`.
+:class:`wmspec_jax.text_record.GeneratedText`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 import jax
 import numpy as np
 
-from wmspec_jax import batching, decoders, keys, prf, speculative, storage
+from wmspec_jax import decoders, keys, prf, speculative, storage, text_record
 from wmspec_jax.sources import SOURCE_DRAFT
 from wmspec_jax.lab import detection_rows, runs
 
@@ -88,7 +88,7 @@ def human_answers(pair, examples: Sequence, max_new_tokens: int) -> list:
     return [list(pair.encode_text(e.human))[:max_new_tokens] if e.human.strip() else [] for e in examples]
 
 
-def answer_texts(texts: Sequence[batching.GeneratedText], text_keys) -> dict:
+def answer_texts(texts: Sequence[text_record.GeneratedText], text_keys) -> dict:
     """The generated answers without their prompts, in :func:`wmspec_jax.lab.detection_rows.texts_from_records`'
     layout: ``tokens`` int32[N, L] right-padded, ``lengths`` int32[N], ``keys`` (``text_keys``, in order)."""
     alone = [dataclasses.replace(t, prompt_length=0) for t in texts]
@@ -123,7 +123,7 @@ def evaluate(run: runs.RunSpec, records: Sequence[dict], human: Sequence[Sequenc
     """One table row of ``run``'s records: AATPS, LOGPPL, draft fraction, TPR and human FPR at 1 % at
     each length (``lengths``: the row's keys, numbers as strings)."""
     decoder = run.watermark_decoder
-    texts = [batching.GeneratedText.from_record(r) for r in records]
+    texts = [text_record.GeneratedText.from_record(r) for r in records]
     text_keys = keys.text_keys(secret, [t.index for t in texts], run=run.name)
     sources = np.concatenate([np.asarray(t.source, np.int64) for t in texts])
     drafts = float(np.mean(sources == SOURCE_DRAFT)) if sources.size else 0.0
@@ -148,7 +148,7 @@ def run_comparison(s: ComparisonSettings, pair, prompts: np.ndarray, prompt_leng
     """The rows of the table, one per (decoder, method), generating into ``store`` what it lacks.
 
     Args:
-      pair: a :class:`wmspec_jax.lab.pairs.ModelPair`; ``prompts`` int32[N, P] its packed prompts and
+      pair: a :class:`wmspec_jax.models.pairs.ModelPair`; ``prompts`` int32[N, P] its packed prompts and
         ``prompt_lengths`` int32[N]; ``human``: :func:`human_answers` of the same prompts.
       store: the record store (:func:`wmspec_jax.lab.runs.open_generations`); ``secret``: the
         watermark secret.
@@ -229,3 +229,7 @@ def markdown(rows: list) -> str:
                      + " | ".join(f"{r['tpr_at_1pct'][n]:.2f}" for n in lengths) + " | "
                      + " | ".join(f"{r['human_fpr_at_1pct'].get(n, float('nan')):.2f}" for n in lengths) + " |")
     return "\n".join(lines)
+
+
+__all__ = ["ALPHA", "ComparisonSettings", "answer_texts", "check_settings", "evaluate", "human_answers",
+           "human_texts", "markdown", "plot", "pvalues", "run_comparison", "write_outputs"]

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from wmspec_jax import batching, detect
+from wmspec_jax import detect, text_record
 
 
 
@@ -20,7 +20,7 @@ def texts_from_records(records: Sequence, prompts: np.ndarray, keys):
     """Rebuilds prompt + generated rows for detection.
 
     Args:
-      records: the texts (:class:`wmspec_jax.batching.GeneratedText`) or their
+      records: the texts (:class:`wmspec_jax.text_record.GeneratedText`) or their
         saved records (:func:`wmspec_jax.lab.runs.generate_run`).
       prompts: int32[N, P] the experiment's packed prompts.
       keys: :class:`wmspec_jax.keys.StreamKeys` of the records' texts, in
@@ -33,7 +33,7 @@ def texts_from_records(records: Sequence, prompts: np.ndarray, keys):
       int8[N, L] (each token's sibling under multi-draft sampling, else 0),
       ``keys``, ``indices`` int[N].
     """
-    texts = [r if isinstance(r, batching.GeneratedText) else batching.GeneratedText.from_record(r) for r in records]
+    texts = [r if isinstance(r, text_record.GeneratedText) else text_record.GeneratedText.from_record(r) for r in records]
     return _detection_rows([(t.index, t.prompt_length, t.tokens, t.source, t.candidate) for t in texts], prompts,
                            keys)
 

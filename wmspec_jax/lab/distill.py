@@ -458,3 +458,9 @@ def evaluate(s: DistillSettings, log: Callable = _log) -> dict:
     report = reports[name] if len(reports) == 1 else {"drafts": list(reports.values())}
     write_report(report, s.eval_json)
     return report
+
+
+__all__ = ["CHECKPOINT", "acceptance", "alpha_entry", "decode_time", "distill_loss", "draft_logits", "eval_drafts",
+           "evaluate", "export", "frequency_head_ids", "head_ids_for_training", "head_sources", "optimizer",
+           "ranked_head_ids", "restore_checkpoint", "restore_state", "run_steps", "save_checkpoint",
+           "sequence_hidden", "special_ids", "teacher_loss", "timing_entry", "train", "write_asset", "write_report"]

@@ -112,7 +112,9 @@ def eval_prompts(s: DistillSettings) -> list[np.ndarray]:
 
 def pad_prompts(prompts: Sequence[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
     """(int32[B, width] left-aligned prompts, int32[B] lengths): one width, so the sampler compiles once."""
-    tokens, lengths = data.pack_prompts(prompts, width)
+    from wmspec_jax.models.pairs import pack_prompts
+
+    tokens, lengths = pack_prompts(prompts, width)
     return np.pad(tokens, ((0, 0), (0, width - tokens.shape[1]))), lengths
 
 
@@ -333,3 +335,8 @@ def in_batches(fn: Callable, arrays: Sequence[np.ndarray], batch: int) -> np.nda
         out.append(np.asarray(fn(*part))[:batch - pad])
     return np.concatenate(out)
 
+
+__all__ = ["DistillSettings", "EVAL_SEED", "RecipeError", "TRAIN_GLOB", "chat_positions", "chunk_temperature",
+           "eval_prompts", "eval_samples", "from_flag_values", "full_sequences", "in_batches", "load_chunks",
+           "load_train_chunks", "make_sampler", "pad_prompts", "prompt_ids", "question_key", "sample",
+           "sample_chunks", "self_chat_headers", "self_chat_prompts"]

@@ -336,3 +336,8 @@ def evaluate(s: DistillSettings, fs: FeatureSettings, log: Callable = _log) -> d
         log(f"decode batch {b}: {text}")
     distill.write_report(report, s.eval_json)
     return report
+
+
+__all__ = ["CHECKPOINT", "FeatureSettings", "chunks_entry", "compute_features", "draft_hidden", "draft_passes",
+           "evaluate", "feature_acceptance", "feature_loss", "feature_path", "head_ids", "initial_state", "previous",
+           "reduced_logits", "temperature_entry", "tokens_per_step_k3", "train"]

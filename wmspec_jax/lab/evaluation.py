@@ -54,7 +54,7 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import numpy as np
 
-from wmspec_jax import detect
+from wmspec_jax import detect, text_record
 from wmspec_jax.detect import metrics
 
 ALPHA = 0.01
@@ -69,17 +69,19 @@ MIN_THRESHOLD_NEGATIVES = int(round(1 / ALPHA))
 
 
 def speculative_row(name: str, records: Sequence[dict]) -> dict:
-    """AATPS, PTT (ms per generated token) and LOGPPL of one run, with 95 % CIs."""
+    """AATPS, PTT (ms per generated token) and LOGPPL of one run's text lines
+    (:func:`wmspec_jax.text_record.generation_line` with the batch fields), with 95 % CIs."""
     if not records:
         raise ValueError(f"run {name!r} has no records")
     batches = {}
     for r in records:
         batches[r["batch"]] = 1000.0 * r["batch_seconds"] / max(r["batch_tokens"], 1)
-    aatps, aatps_ci = metrics.mean_ci([r["aatps"] for r in records])
+    texts = [text_record.GeneratedText.from_record(r) for r in records]
+    aatps, aatps_ci = metrics.mean_ci([t.aatps for t in texts])
     ptt, ptt_ci = metrics.mean_ci(list(batches.values()))
-    ppl, ppl_ci = metrics.mean_ci([r["logppl"] for r in records])
+    ppl, ppl_ci = metrics.mean_ci([t.logppl for t in texts])
     return {"run": name, "texts": len(records), "batches": len(batches),
-            "mean_new_tokens": float(np.mean([len(r["tokens"]) for r in records])),
+            "mean_new_tokens": float(np.mean([len(t.tokens) for t in texts])),
             "aatps": aatps, "aatps_ci": aatps_ci, "ptt_ms": ptt, "ptt_ms_ci": ptt_ci,
             "logppl": ppl, "logppl_ci": ppl_ci}
 
@@ -526,3 +528,7 @@ def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: i
             "threshold": _threshold_rule(calibrated, primary), "train_texts": _count(texts["ptr"]),
             "test_texts": _count(test_pos), "test_negatives": _count(texts["nte"]),
             "test_human_negatives": _count(texts.get("hte")), **({"multi_draft": multi} if multi_draft else {})}
+
+
+__all__ = ["ALPHA", "FAMILIES", "Family", "KEY_ONLY", "LABELS", "MIN_THRESHOLD_NEGATIVES", "SAVED", "complete_set",
+           "evaluate", "flagged", "load_set", "score_set", "speculative_row", "tpr_estimate"]

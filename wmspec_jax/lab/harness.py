@@ -34,7 +34,8 @@ from typing import Optional, Sequence
 import jax
 
 from wmspec_jax import keys, sharding, storage
-from wmspec_jax.lab import data, pairs, runs
+from wmspec_jax.lab import data, runs
+from wmspec_jax.models import pairs
 from wmspec_jax.lab.settings import GENERATION_FIELDS, PARTS, Settings, prompts_needed
 
 
@@ -99,7 +100,7 @@ class Session:
       s: the settings.
       output_dir: where everything goes; locked for this process while the
         session is open (:meth:`close`, or use it as a context manager).
-      pair: an already loaded :class:`wmspec_jax.lab.pairs.ModelPair` (tests).
+      pair: an already loaded :class:`wmspec_jax.models.pairs.ModelPair` (tests).
       parts: the parts that will run (``"speculative"``, ``"detection"``):
         only their prompts are needed.
 
@@ -208,4 +209,4 @@ class Session:
         return out
 
 
-__all__ = ["Session", "log", "preflight"]
+__all__ = ["Session", "log", "preflight", "script_main"]

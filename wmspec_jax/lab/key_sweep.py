@@ -123,3 +123,6 @@ def check_against_direct(decoder, detector, table, tokenized, words: np.ndarray,
     if not (np.array_equal(a_n, b_n) and np.allclose(a_p, b_p, rtol=1e-5, atol=1e-6)):
         raise AssertionError(f"{decoder.label}: scattered statistics differ from detect.statistics "
                              f"({a_n} vs {b_n}; {a_p} vs {b_p})")
+
+
+__all__ = ["check_against_direct", "corpus_statistics", "distinct_windows", "per_key_summary", "secret_words"]

@@ -33,7 +33,7 @@ import numpy as np
 
 from wmspec_jax import candidates
 from wmspec_jax.detect import token_probs as tprobs
-from wmspec_jax.lab.pairs import ModelPair
+from wmspec_jax.models.pairs import ModelPair
 
 
 @functools.partial(jax.jit, static_argnames=("target", "draft", "temperature", "top_k", "variants"))
@@ -93,7 +93,7 @@ def token_probs(pair: ModelPair, tokens, *, lengths=None, starts=None, temperatu
     """Per-position model probabilities of texts (module doc), for :mod:`wmspec_jax.detect.model_assisted`.
 
     Args:
-      pair: a loaded :class:`wmspec_jax.lab.pairs.ModelPair`.
+      pair: a loaded :class:`wmspec_jax.models.pairs.ModelPair`.
       tokens: int[B, L] prompt + text ids, right-padded (the statistics' tokens).
       lengths: int[B] valid lengths (default L); starts: int or int[B] the prompt lengths (first
         described position; default 1).

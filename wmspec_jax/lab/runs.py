@@ -27,10 +27,11 @@ decisions, but each writes only the rows its devices hold, to its own file
 ``generations.<process_index>.jsonl`` (:func:`open_generations`);
 :func:`merge_generations` appends them to ``generations.jsonl`` at the end.
 
-Records are :class:`wmspec_jax.batching.GeneratedText` fields (generated ids,
-their sources, steps, AATPS, LOGPPL read off the loop's own target forwards,
-watermarked tokens, why the text stopped) plus the run's ``id`` and ``run``
-and the batch's wall time (PTT), measured after compiling ahead of time.
+Records are the text lines of :mod:`wmspec_jax.text_record`
+(:func:`~wmspec_jax.text_record.generation_line`: format version, ``id``, ``run``,
+the text's generated ids, their sources, steps, AATPS, LOGPPL read off the
+loop's own target forwards, watermarked tokens, why the text stopped) with the
+batch's fields (its wall time, PTT, measured after compiling ahead of time).
 :func:`log_perplexity` computes LOGPPL with a separate forward pass: the
 reference the loop's value is tested against.
 """
@@ -49,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import batching, decoders, keys, multidraft, prf, sampling, sharding, speculative, storage
+from wmspec_jax import text_record
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.storage import JsonlStore, Progress
 
@@ -141,18 +143,12 @@ def log_perplexity(target: LanguageModel, params, tokens, prompt_lengths, length
 
 
 def record_id(run: RunSpec, index: int) -> str:
-    return f"{run.name}/{index}"
-
-
-RECORD_FIELDS = ("id", "run", "index", "prompt_length", "tokens", "source", "num_steps", "aatps", "logppl",
-                 "batch_seconds", "batch_tokens", "batch", "batch_rows")
+    return text_record.record_id(run.name, index)
 
 
 def _is_complete(store: JsonlStore, run: RunSpec, index: int) -> bool:
     """A stored record of (run, index) with every field (an incomplete one is generated again)."""
-    rec = store.records.get(record_id(run, index))
-    return (rec is not None and all(k in rec for k in RECORD_FIELDS) and rec["run"] == run.name
-            and rec["index"] == index and len(rec["tokens"]) == len(rec["source"]))
+    return text_record.is_complete(store.records.get(record_id(run, index)), run.name, index)
 
 
 def pending_indices(store: JsonlStore, run: RunSpec, num_texts: int) -> list[int]:
@@ -186,7 +182,7 @@ def generate_run(
 
     Args:
       run: the setting.
-      pair: a :class:`wmspec_jax.lab.pairs.ModelPair`.
+      pair: a :class:`wmspec_jax.models.pairs.ModelPair`.
       prompts: int32[N, P] packed prompts; ``prompt_lengths`` int32[N].
       store: the experiment's record store (shared by runs; ids are
         ``"{run.name}/{i}"``).
@@ -194,12 +190,12 @@ def generate_run(
         str) and true-randomness seed (module doc).
       max_new_tokens, batch_size, eos_id, top_k: generation settings.
 
-    Each record: ``id, run``, the fields of
-    :class:`wmspec_jax.batching.GeneratedText` (``index, prompt_length,
-    tokens, source, num_steps, aatps, logppl, watermarked_tokens, stopped``)
-    and the batch's ``batch`` (first index), ``batch_seconds``,
-    ``batch_tokens`` (all rows, padding included: the work done),
-    ``batch_rows``.
+    Each record: :func:`wmspec_jax.text_record.generation_line` (format
+    version, ``id, run``, ``index, prompt_length, tokens, source, num_steps,
+    aatps, logppl, watermarked_tokens, stopped``) with the batch's
+    :data:`~wmspec_jax.text_record.BATCH_FIELDS`: ``batch_seconds``,
+    ``batch_tokens`` (all rows, padding included: the work done), ``batch``
+    (first index), ``batch_rows``.
     """
     prompts = np.asarray(prompts, np.int32)
     prompt_lengths = np.asarray(prompt_lengths, np.int32)
@@ -215,9 +211,9 @@ def generate_run(
             draft=pair.draft, draft_params=pair.draft_params, mesh=getattr(pair, "mesh", None),
             on_compiled=lambda seconds: log(f"{run.name}: compiled in {seconds:.1f}s"))
         for batch in batches:
-            records = [{"id": record_id(run, text.index), "run": run.name, **text.record(),
-                        "batch_seconds": batch.seconds, "batch_tokens": batch.new_tokens,
-                        "batch": batch.texts[0].index, "batch_rows": batch.rows} for text in batch.texts]
+            records = [text_record.generation_line(
+                text, run.name, batch_seconds=batch.seconds, batch_tokens=batch.new_tokens,
+                batch=batch.texts[0].index, batch_rows=batch.rows) for text in batch.texts]
             store.add([r for r, mine in zip(records, batch.local) if mine])
             store.note([r for r, mine in zip(records, batch.local) if not mine])
             progress.update(len(records))
@@ -266,3 +262,6 @@ def merge_generations(store: JsonlStore, output_dir: str) -> int:
         target.add(missing)
     return len(missing)
 
+
+__all__ = ["DECODER_KINDS", "GENERATIONS", "RunSpec", "generate_run", "log_perplexity", "merge_generations",
+           "open_generations", "pending_indices", "record_id"]

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from wmspec_jax import decoders, keys
-from wmspec_jax.lab import pairs
+from wmspec_jax.models import pairs
 from wmspec_jax.detect import synthid as _synthid
 
 GUMBEL, SYNTHID = decoders.GUMBEL, decoders.SYNTHID

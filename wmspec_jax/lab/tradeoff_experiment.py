@@ -503,3 +503,8 @@ def summary_lines(result: dict) -> list[str]:
         ws = c.params.get("ws_required", c.ws) if c.cls == "linear" else c.ws
         lines.append(f"  {c.label:72s} ({c.se[0]:.4f}, {ws[0]:.4f}) -> ({c.se[-1]:.4f}, {ws[-1]:.4f})")
     return lines
+
+
+__all__ = ["CODE_VERSION", "Cache", "EXTRA_COLORS", "EXTRA_DECODERS", "TradeoffSettings", "check_inputs",
+           "closed_forms", "compute_all", "document", "exact_gumbel", "inputs_record", "marginal_diagnostics",
+           "open_cache", "parse_dist", "plot", "progress_printer", "run_tradeoff", "summary_lines", "write_json"]

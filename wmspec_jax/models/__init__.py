@@ -16,6 +16,8 @@ Families: Llama-2 / Llama-3.x, Mistral, Qwen2 / Qwen2.5, Qwen3, Gemma, Gemma-2.
 * :mod:`~wmspec_jax.models.gguf_file`, :mod:`~wmspec_jax.models.gguf_loader`, :mod:`~wmspec_jax.models.tokenizer` — llama.cpp
   GGUF files (read, converted, tokenizer rebuilt).
 * :mod:`~wmspec_jax.models.builtin` — the built-in SmolLM2-135M-Instruct target and its draft.
+* :mod:`~wmspec_jax.models.pairs` — ``load_pair``: the pair a ``--target`` / ``--draft`` names (built-in, toy,
+  checkpoints) and its prompts encoded and packed (``encode_prompts``, ``pack_prompts``).
 * :mod:`~wmspec_jax.models.draft` — self-speculative drafts (layer subset + LoRA adapters).
 
 Submodules are imported lazily by the caller; importing this package pulls in

@@ -207,3 +207,6 @@ def attend(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax
     # A query that sees no slot (only an unwritten one past the cache) gets 0, not 0 / 0.
     out = acc / jnp.where(run_sum > 0, run_sum, 1.0)[..., None]
     return jnp.transpose(out, (0, 3, 1, 2, 4)).reshape(b, t, nh, dh).astype(values.dtype)
+
+
+__all__ = ["DEFAULT_BLOCK", "attend", "attention"]

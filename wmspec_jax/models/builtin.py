@@ -187,3 +187,8 @@ def load_builtin_pair(dtype=jnp.float32, draft_name: str = DEFAULT_DRAFT, draft_
     """
     target = load_target(dtype)
     return target, load_draft(target, adapters_path=draft_path, name=draft_name)
+
+
+__all__ = ["ARCHIVED_DRAFTS", "DEFAULT_DRAFT", "DRAFTS", "GGUF_FILE", "GGUF_PACKAGE", "TARGET_NAME",
+           "builtin_tokenizer", "chat_prompt", "draft_asset_path", "encode_chat", "gguf_path", "load_builtin_pair",
+           "load_draft", "load_target"]

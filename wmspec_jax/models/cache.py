@@ -82,3 +82,6 @@ def rewind(cache: KVCache, lengths: jax.Array) -> KVCache:
 def cache_lengths(cache: KVCache) -> jax.Array:
     """int32[B] number of valid slots per row."""
     return cache.lengths
+
+
+__all__ = ["KVCache", "cache_lengths", "init_cache", "rewind"]

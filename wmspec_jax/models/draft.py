@@ -242,3 +242,8 @@ def make_draft(target: Checkpoint, layers, adapters: dict | None = None,
     return DraftCheckpoint(name=name or f"{target.name}-draft{len(list(layers))}",
                       config=config, params=params, tokenizer=target.tokenizer,
                       stop_token_ids=target.stop_token_ids, logit_width=target.logit_width)
+
+
+__all__ = ["DraftCheckpoint", "LORA_KEYS", "NORM_KEYS", "check_head_ids", "draft_config", "draft_params",
+           "init_adapters", "load_adapters", "make_draft", "open_draft_file", "reduced_head", "save_adapters",
+           "with_shared_head"]

@@ -229,3 +229,8 @@ def is_feature_draft_file(path: str | os.PathLike) -> bool:
         return False
     with np.load(os.fspath(path)) as z:
         return json.loads(bytes(z["__meta__"]).decode()).get("format") == FORMAT
+
+
+__all__ = ["FORMAT", "FeatureDraftCheckpoint", "TRAINABLE", "feature_config", "head_logits", "hidden_states",
+           "init_trainable", "is_feature_draft_file", "load", "make_feature_draft", "make_language_model",
+           "runtime_params", "save", "step"]

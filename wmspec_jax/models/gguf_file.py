@@ -157,3 +157,6 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
         data = np.frombuffer(mm, dtype.newbyteorder("<"), count, begin).reshape(view_shape)
         tensors.append(GGUFTensor(name, qtype, shape, data))
     return GGUFFile(path=path, version=version, metadata=metadata, tensors=tensors)
+
+
+__all__ = ["GGUFFile", "GGUFTensor", "read_gguf"]

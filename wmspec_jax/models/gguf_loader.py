@@ -310,3 +310,7 @@ def _read_entry(entry: str):
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
         return None
     return config, params
+
+
+__all__ = ["CACHE_PART", "config_from_gguf", "host_params_from_gguf", "load_gguf_model", "params_from_gguf",
+           "unpermute_rope_rows"]

@@ -457,3 +457,8 @@ def cast_params(params, dtype=None):
     if dtype is None:
         return params
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), params)
+
+
+__all__ = ["Checkpoint", "CheckpointError", "IncompatibleModelsError", "cast_params", "chat_end_of_turn_id",
+           "check_compatible", "generation_eos_id", "layer_tensor_map", "load_checkpoint", "load_pair", "load_params",
+           "load_tokenizer", "read_config", "read_config_json", "stop_token_ids", "tokenizer_differences"]

@@ -229,3 +229,6 @@ def config_from_hf(hf: Mapping[str, Any]) -> TransformerConfig:
         )
     except (TypeError, KeyError) as e:
         raise ValueError(f"config has a malformed field: {e!r}") from e
+
+
+__all__ = ["ARCHITECTURES", "REQUIRED", "config_from_hf"]

@@ -19,3 +19,6 @@ def rms_norm(x: jax.Array, w: jax.Array, eps: float, gemma_style: bool = False) 
     if gemma_style:
         return (xf * (1.0 + w.astype(jnp.float32))).astype(x.dtype)
     return w * xf.astype(x.dtype)
+
+
+__all__ = ["rms_norm"]

@@ -112,3 +112,6 @@ def param_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh, params: 
 def cache_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh) -> KVCache:
     """NamedShardings of the KV cache on ``mesh``."""
     return _named(mesh, cache_partition_specs(config, mesh.shape[MODEL]))
+
+
+__all__ = ["DATA", "MODEL", "cache_partition_specs", "cache_shardings", "param_partition_specs", "param_shardings"]

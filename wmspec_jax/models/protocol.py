@@ -242,3 +242,6 @@ def make_language_model(config: TransformerConfig, *, name: str,
         rewind=cache_lib.rewind,
         cache_lengths=cache_lib.cache_lengths,
     )
+
+
+__all__ = ["Head", "check_attention_block", "check_step_inputs", "make_language_model", "step", "tree_step"]

@@ -85,3 +85,6 @@ def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
     half = x.shape[-1] // 2
     rotated = jnp.concatenate([-xf[..., half:], xf[..., :half]], axis=-1)
     return (xf * cos + rotated * sin).astype(x.dtype)
+
+
+__all__ = ["LLAMA3_KEYS", "ROPE_TYPES", "UnsupportedRopeError", "apply_rope", "inv_frequencies", "rope_type"]

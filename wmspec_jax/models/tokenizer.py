@@ -58,3 +58,6 @@ def tokenizer_from_gguf(reader):
     if template is not None:
         fast.chat_template = template
     return fast
+
+
+__all__ = ["tokenizer_from_gguf"]

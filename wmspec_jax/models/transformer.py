@@ -285,3 +285,7 @@ def init_params(config: TransformerConfig, key: jax.Array, dtype=jnp.float32,
         del array
     params["layers"] = layers
     return params
+
+
+__all__ = ["NORM_PARAMS", "Params", "check_params", "decoder_stack", "embed_tokens", "forward", "hidden_states",
+           "init_params", "layer_shapes", "lm_logits", "param_shapes", "rms_norm", "stack_layers", "unstack_layers"]

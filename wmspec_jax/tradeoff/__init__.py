@@ -53,3 +53,11 @@ from wmspec_jax.tradeoff.reference import (
 )
 from wmspec_jax.tradeoff.results import Curve, Point
 from wmspec_jax.tradeoff.zeta import WatermarkDecoder, gumbel, synthid, synthid_limit
+
+
+__all__ = ["Coupling", "Curve", "GOOGLE", "HU", "Moments", "PUBLISHED_LABEL", "Point", "WatermarkDecoder",
+           "alg1_point_mc", "counts", "estimate_coupling", "expectation", "google_pair_values", "google_ws_at_zero",
+           "gumbel", "gumbel_agreement_exact", "gumbel_coupling_exact", "hu_pair_values", "hu_ws_at_zero",
+           "kernel_curve_from_coupling", "kernel_curve_mc", "kernel_se_degenerate", "linear_frontier",
+           "linear_frontier_mc", "linear_pair_values", "maintained_point_from_coupling", "maintained_point_mc",
+           "moments", "one_minus_tv", "optimum_point", "speculative_sampling_point", "synthid", "synthid_limit"]

