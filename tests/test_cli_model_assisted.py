@@ -173,3 +173,44 @@ def test_misuse_of_the_model_flags_is_an_error_naming_the_flag(generated, tmp_pa
     assert scored["detector"]["settings"]["temperature"] == 0.5 and scored["num_scored"] > 0
     rc, stdout, err = call(cli_detect, [str(out), key, "--model=builtin", "--temperature=0.5"])
     assert rc == 2 and "temperature=1.0" in err and "--temperature=0.5" in err and ":1:" in err, err
+
+
+def test_kgw_texts_of_a_local_checkpoint_without_its_draft(tmp_path):
+    """KGW (basic method) through both tools on a tiny local checkpoint pair: ``--model=DIR`` alone (no draft
+    needed), δ/T and γ from the lines, the p-values the Python API gives."""
+    from tests.models.test_checkpoints import CFG, WORDS, write_checkpoint
+    from wmspec_jax import decoders, detect, keys
+    from wmspec_jax.detect import model_assisted
+    from wmspec_jax.lab import model_scores, pairs
+
+    write_checkpoint(tmp_path / "t", CFG, seed=0, words=WORDS)
+    write_checkpoint(tmp_path / "d", CFG, seed=1, words=WORDS)
+    (tmp_path / "prompts.txt").write_text("w1 w2 w3\nw4 w5 w6 w7\n")
+    key, out, temperature = secret_file_flag(tmp_path, SECRET), tmp_path / "kgw.jsonl", 0.7
+    rc, _, err = call(cli_generate, [str(tmp_path / "prompts.txt"), f"--output={out}", f"--target={tmp_path / 't'}",
+                                     f"--draft={tmp_path / 'd'}", "--decoder=kgw", "--method=basic",
+                                     "--max_new_tokens=24", f"--temperature={temperature}", "--run=kgw", key])
+    assert rc == 0, err
+    recs = lines(out.read_text())
+    rc, stdout, err = call(cli_detect, [str(out), key, f"--model={tmp_path / 't'}", "--format=json"])
+    assert rc == 0, err
+    res = lines(stdout)
+    assert [r["detector"]["name"] for r in res] == ["kgw-model-assisted"] * 2
+    assert res[0]["detector"]["settings"]["kgw_delta"] == 2.0 and res[0]["results"][1]["detector"]["name"] == "kgw-green"
+    pair = pairs.load_pair(str(tmp_path / "t"), str(tmp_path / "d"))
+    ids, plen = pairs.encode_prompts(pair, [r["prompt"] for r in recs], "question", 64)
+    lengths = np.array([int(plen[i]) + len(r["tokens"]) for i, r in enumerate(recs)])
+    tokens = np.zeros((len(recs), _bucket(int(lengths.max()))), np.int32)
+    for i, r in enumerate(recs):
+        tokens[i, : lengths[i]] = list(ids[i, : plen[i]]) + r["tokens"]
+    stats = detect.statistics(decoders.WatermarkDecoder.from_name("kgw"), tokens, keys.Secret(SECRET).stream_keys(),
+                              vocab_size=CFG.vocab_size, lengths=lengths, starts=plen)
+    bias = 2.0 / temperature
+    modulus = model_assisted.spike_modulus(decoders.green_list_size(0.25, CFG.vocab_size) / CFG.vocab_size, bias)
+    probs = model_scores.token_probs(pair, tokens, lengths=lengths, starts=plen, temperature=temperature,
+                                     with_draft=False, spike_modulus=modulus)
+    api = model_assisted.score_kgw_model_assisted(stats, probs, gamma=0.25, vocab_size=CFG.vocab_size, bias=bias)
+    np.testing.assert_allclose([r["log_pvalue"] for r in res], np.asarray(api.log_pvalue), rtol=1e-6, atol=1e-6)
+    print(f"\nKGW, 24 tokens: model-assisted log10 p {[round(r['log10_pvalue'], 2) for r in res]}, key-only "
+          f"{[round(r['results'][1]['log10_pvalue'], 2) for r in res]}")
+    assert all(r["verdict"] == "watermarked" for r in res)

@@ -26,9 +26,9 @@ weighted search over ``--siblings`` streams; p-values stay exact (``docs/multidr
 decoder's best key-only detector, a deterministic function of key, tokens and settings (a resubmitted
 variant cannot re-draw its verdict). ``--windowed`` adds the best window; fewer than ``--min_tokens``
 scored tokens: ``"not enough tokens"``; ``--scheme_config``: another engine's watermark. ``--model=builtin|DIR``
-(the generator's pair): each text's primary result is the model-assisted detector of its scheme (Gumbel-max,
+(the generator's pair): a text with a prompt gets the model-assisted detector of its scheme as primary (Gumbel-max,
 SynthID, KGW; exact p-value, per-token weights from the models' distributions over the recorded prompt +
-text, at the recorded temperature, top-k and K), the key-only ones beside it (:mod:`.model_scoring`).
+text at the recorded temperature, top-k and K), the key-only ones beside it (:mod:`.model_scoring`).
 **One key over many texts**: texts that share (context, token) windows share keyed values, so a warning
 says when the inputs share most of theirs; ``--dedup=corpus`` scores each window once per input and
 ``--calibrate`` measures the key's false-positive rate on your texts (``docs/repetitive_text.md``).
