@@ -171,10 +171,10 @@ def load(fv, vocab: int, stderr) -> ModelScorer:
     check_flags(fv)
     spec = fv.model
     has_draft = spec == "builtin" or fv.model_draft is not None
-    draft = fv.model_draft or spec
     try:
-        pair = pairs.load_pair(spec, draft, fv.model_dtype)
-    except (ValueError, FileNotFoundError, hf.CheckpointError) as e:
+        pair = pairs.load_pair(spec, fv.model_draft or spec, fv.model_dtype) if has_draft else \
+            pairs.load_target(spec, fv.model_dtype)  # the target alone, loaded once
+    except (ValueError, OSError, hf.CheckpointError) as e:  # unreadable, unsupported or mismatched checkpoints
         raise InputError(f"--model={spec}: {e}") from None
     if vocab > pair.vocab_size:
         raise InputError(f"--model={spec}: its tokenizer has {vocab} ids but the model's vocabulary only "
