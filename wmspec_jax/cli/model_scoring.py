@@ -305,8 +305,7 @@ def text_settings(scorer: ModelScorer, line, options: scoring.ScoringOptions) ->
     from wmspec_jax import methods as methods_lib
 
     record, where = line.record, line.where
-    prompt, prompt_from = _prompt(scorer, record, where)
-    if prompt is None:
+    if not isinstance(record.get("prompt"), str):
         scorer.note("prompt", f"texts without a prompt (first: {where}) keep the key-only verdict: the model-assisted "
                     "weights need the prompt the text answered (after an empty question they lose the watermark); "
                     "give it as the JSONL field 'prompt' beside the 'text'")
@@ -337,7 +336,8 @@ def text_settings(scorer: ModelScorer, line, options: scoring.ScoringOptions) ->
     if speculative and line.decoder != "kgw" and not scorer.has_draft:
         raise lines_lib.LineError(f"{where}: a {method} text was drafted: its score needs the generator's draft "
                                   f"(--model_draft)")
-    _check_model_name(scorer, record, where, speculative and line.decoder != "kgw")
+    _check_model_name(scorer, record, where, speculative and line.decoder != "kgw")  # before the prompt's check
+    prompt, prompt_from = _prompt(scorer, record, where)
     if assumed:
         shown = ", ".join(f"{n}={DEFAULTS[n]}" for n in assumed)
         scorer.note("assumed", f"texts that do not record their settings (first: {where}) are scored with "
