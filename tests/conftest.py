@@ -23,6 +23,7 @@ LONGEST_FILES = (
     "test_notebooks.py",      # ~235 s: five notebooks in kernels
     "test_cli.py",            # ~230 s: wmspec-generate / wmspec-detect on the built-in pair
     "test_cli_generate_adversarial.py",  # ~195 s: generation configurations of the built-in pair
+    "test_cli_model_assisted.py",  # ~180 s: wmspec-generate / wmspec-detect --model on the built-in pair
     "test_benchmarks.py",     # ~155 s: the accelerator check at reduced shapes, several processes
     "test_detect_gumbel.py",  # ~120 s
     "test_builtin.py",        # ~105 s

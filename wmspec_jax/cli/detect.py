@@ -25,7 +25,10 @@ weighted search over ``--siblings`` streams; p-values stay exact (``docs/multidr
 **Detectors** (``--detector``: registry names or saved files, the first primary): ``auto`` is the
 decoder's best key-only detector, a deterministic function of key, tokens and settings (a resubmitted
 variant cannot re-draw its verdict). ``--windowed`` adds the best window; fewer than ``--min_tokens``
-scored tokens: ``"not enough tokens"``; ``--scheme_config``: another engine's watermark.
+scored tokens: ``"not enough tokens"``; ``--scheme_config``: another engine's watermark. ``--model=builtin|DIR``
+(the generator's pair): a text with a prompt gets the model-assisted detector of its scheme as primary (Gumbel-max,
+SynthID, KGW; exact p-value, per-token weights from the models' distributions over the recorded prompt +
+text at the recorded temperature, top-k and K), the key-only ones beside it (:mod:`.model_scoring`).
 **One key over many texts**: texts that share (context, token) windows share keyed values, so a warning
 says when the inputs share most of theirs; ``--dedup=corpus`` scores each window once per input and
 ``--calibrate`` measures the key's false-positive rate on your texts (``docs/repetitive_text.md``).
@@ -37,6 +40,7 @@ is an input, a link or a device, a size beyond the cap of 64 draft paths. The sc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -46,7 +50,7 @@ from absl import flags
 
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli import outputs
+from wmspec_jax.cli import model_scoring, outputs
 from wmspec_jax.cli.texts import (InputError, check_not_empty, ChunksFromFirstText, is_terminal, iter_inputs,
                                   load_tokenizer, vocab_size, write_lines)
 from wmspec_jax.detect import lines, scoring
@@ -125,6 +129,7 @@ def define_flags(fv: flags.FlagValues) -> None:
                       flag_values=fv)
     flags.DEFINE_string("write_human_texts", None, "write the built-in human texts to this JSONL file (for a "
                         "false-positive check) and exit", flag_values=fv)
+    model_scoring.define_flags(fv)
 
 
 CHUNK_TEXTS = 16384
@@ -148,6 +153,7 @@ class ScoringRun:
     tokens: int = 0
     searched: int = 0
     assumed_direct: list = dataclasses.field(default_factory=list)
+    model: Optional[model_scoring.ModelScorer] = None
     corpus: scoring.Corpus = dataclasses.field(default_factory=scoring.Corpus)
     seconds: dict = dataclasses.field(default_factory=lambda: {"tokenize": 0.0, "score": 0.0})
 
@@ -171,6 +177,7 @@ def _start(fv, paths: Sequence[str], stderr, stdin=None) -> ScoringRun:
     overrides = _overrides(fv)
     outputs.check_output_path("--output", fv.output, list(fv.input) + list(paths) + [
         p for p in [fv.scheme_config, fv.calibrate] if p], stdin=stdin, consequence="the results would replace the texts")
+    model_scoring.check_flags(fv)
     if fv.scheme_config is not None:  # another engine's watermark: its file holds the key
         from wmspec_jax.interop import foreign
 
@@ -181,15 +188,17 @@ def _start(fv, paths: Sequence[str], stderr, stdin=None) -> ScoringRun:
     secret = cli_flags.tool_secret(fv, PROG, stderr)
     specs = scoring.parse_detectors(fv.detector)
     defaults = scoring.settings_defaults(specs, {name: fv[name].value for name in lines.SETTINGS})
-    tokenizer = load_tokenizer(fv.tokenizer)
-    return ScoringRun(fv, overrides, options, tokenizer, vocab_size(tokenizer), secret, specs, defaults)
+    tokenizer = load_tokenizer(model_scoring.tokenizer_spec(fv))
+    model = model_scoring.load(fv, vocab_size(tokenizer), stderr) if fv.model else None  # before any text
+    return ScoringRun(fv, overrides, options, tokenizer, vocab_size(tokenizer), secret, specs, defaults, model=model)
 
 
 def _token_ids(run_state: ScoringRun, inputs: Sequence) -> tuple:
     """(ids, offsets, recorded ids) of a chunk: a line's recorded ids, checked against its text, else the
     text tokenised."""
     fv = run_state.fv
-    recorded = [None if fv.score_text else lines.recorded_ids(x.record, x.where, run_state.vocab)
+    flag = "--tokenizer" if run_state.model is None else "--model"
+    recorded = [None if fv.score_text else lines.recorded_ids(x.record, x.where, run_state.vocab, flag)
                 for x in inputs]
     lines.check_text_matches_tokens(run_state.tokenizer, [x.where for x in inputs], [x.text for x in inputs],
                                     recorded)
@@ -224,8 +233,8 @@ def _score_chunk(run_state: ScoringRun, inputs: Sequence, first_number: int) -> 
                                 offsets=offsets[k], assumed_direct=run_state.assumed_direct)
                 for k, (x, toks) in enumerate(zip(inputs, ids))]
         t1 = time.perf_counter()
-        out = scoring.score_lines(run_state.secret, read, run_state.specs, run_state.options, run_state.vocab,
-                                  run_state.corpus)
+        score = functools.partial(model_scoring.score_lines, run_state.model) if run_state.model else scoring.score_lines
+        out = score(run_state.secret, read, run_state.specs, run_state.options, run_state.vocab, run_state.corpus)
         run_state.searched += sum(line.sibling_weights is not None for line in read)
     run_state.seconds["tokenize"] += t1 - t0
     run_state.seconds["score"] += time.perf_counter() - t1
@@ -263,10 +272,8 @@ def _results(run_state: ScoringRun, paths: Sequence[str], stdin, stderr, run_out
 def _scored_chunks(run_state: ScoringRun, texts, skipped: list, stderr):
     """Yields the result lines chunk by chunk (:func:`.texts.ChunksFromFirstText`); returns whether any
     text had a non-space character."""
-    def report(where, why):
-        print(f"{PROG}: skipped {where}: {why}", file=stderr)
-
-    chunks = ChunksFromFirstText(texts, CHUNK_TEXTS, skipped, report)
+    chunks = ChunksFromFirstText(texts, CHUNK_TEXTS, skipped,
+                                 lambda where, why: print(f"{PROG}: skipped {where}: {why}", file=stderr))
     for number, chunk in chunks:
         yield from _score_chunk(run_state, chunk, number)
     return chunks.any_text
@@ -346,8 +353,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
         print(f"{PROG}: wrote {n} built-in human texts to {fv.write_human_texts}", file=stderr)
         return 0
     cli_flags.enable_compilation_cache()
-    fmt = fv.format
-    as_table = fmt == "table" or (fmt == "auto" and (fv.output is None or fv.output == "-") and is_terminal(stdout))
+    as_table = fv.format == "table" or (fv.format == "auto" and fv.output in (None, "-") and is_terminal(stdout))
     finished_runs: list = []
     kept: list = []  # the lines a table needs (a table's columns fit its widest cell)
 

@@ -304,8 +304,9 @@ def key_of(record: dict, where: str, number: int, overrides: Overrides,
     return None, None
 
 
-def recorded_ids(record: dict, where: str, vocab: int) -> Optional[list]:
-    """The line's generated token ids (``tokens``), checked against the vocabulary; None when it has none."""
+def recorded_ids(record: dict, where: str, vocab: int, flag: str = "--tokenizer") -> Optional[list]:
+    """The line's generated token ids (``tokens``), checked against the vocabulary; None when it has none.
+    ``flag``: the tool's flag that chose the tokenizer (named in the error)."""
     ids = record.get("tokens")
     if ids is None:
         return None
@@ -314,7 +315,7 @@ def recorded_ids(record: dict, where: str, vocab: int) -> Optional[list]:
     bad = [t for t in ids if not 0 <= t < vocab]
     if bad:
         raise LineError(f"{where}: token id {bad[0]} is outside the tokenizer's vocabulary [0, {vocab}): "
-                        "the line was generated with another tokenizer (--tokenizer)")
+                        f"the line was generated with another tokenizer ({flag})")
     return ids
 
 

@@ -234,6 +234,20 @@ def load_pair(target: str, draft: str, dtype: str = "float32",
     return _checkpoint_pair(t, d, name=f"{t.name}+{d.name}", mesh=mesh)
 
 
+def load_target(target: str, dtype: str = "float32") -> ModelPair:
+    """A :class:`ModelPair` of a local checkpoint directory alone, loaded once: its draft slot holds the
+    target itself, for uses that never run a draft (scoring texts of methods without one). Its name is the
+    target's (a pair's name is ``target+draft``). Raises as :func:`load_pair`."""
+    from wmspec_jax.models import hf
+
+    if target in (BUILTIN, TOY):
+        raise ValueError(f"load_target takes a checkpoint directory, got {target!r} (use load_pair)")
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    checkpoint = hf.load_checkpoint(target, jnp.dtype(dtype))
+    return _checkpoint_pair(checkpoint, checkpoint, name=checkpoint.name)
+
+
 def check_pair_spec(target: str, draft: str, dtype: str = "float32") -> None:
     """Checks ``--target`` / ``--draft`` / ``--dtype`` without loading anything (experiments validate
     their flags before any work): ``builtin``/``toy`` on both sides or neither, a known dtype, and
