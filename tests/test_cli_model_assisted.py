@@ -67,7 +67,8 @@ def _bucket(n):
 
 def test_the_lines_are_scored_model_assisted_as_the_python_api_scores_them(generated, detected):
     from wmspec_jax import detect, keys
-    from wmspec_jax.lab import model_scores, pairs
+    from wmspec_jax.lab import model_scores
+    from wmspec_jax.models import pairs
 
     _, _, _, recs, _, _ = generated
     res, err = detected
@@ -181,7 +182,8 @@ def test_kgw_texts_of_a_local_checkpoint_without_its_draft(tmp_path):
     from tests.models.test_checkpoints import CFG, WORDS, write_checkpoint
     from wmspec_jax import decoders, detect, keys
     from wmspec_jax.detect import model_assisted
-    from wmspec_jax.lab import model_scores, pairs
+    from wmspec_jax.lab import model_scores
+    from wmspec_jax.models import pairs
 
     write_checkpoint(tmp_path / "t", CFG, seed=0, words=WORDS)
     write_checkpoint(tmp_path / "d", CFG, seed=1, words=WORDS)

@@ -14,7 +14,7 @@ keyed values, so there is no second chance to pass).
 methods, the draft Q with its K in-step variants) is run once over prompt + text
 (:func:`wmspec_jax.lab.model_scores.token_probs`, one batched forward pass per model and chunk of
 ``--model_batch_size`` texts), with the temperature and top-k the line records. The prompt is the
-line's ``prompt``, encoded by the generator's own function (:func:`wmspec_jax.lab.pairs.encode_prompts`,
+line's ``prompt``, encoded by the generator's own function (:func:`wmspec_jax.models.pairs.encode_prompts`,
 chat template included) and checked against the line's ``prompt_length``: the kind (``question``
 through the chat template, or ``text``) is the one whose encoding has that length, and a longer one is
 shortened as ``--truncate_prompts`` shortened it. The statistics are computed over prompt + text with
@@ -163,9 +163,9 @@ class ModelScorer:
 
 
 def load(fv, vocab: int, stderr) -> ModelScorer:
-    """The pair ``--model`` / ``--model_draft`` / ``--model_dtype`` name (:func:`wmspec_jax.lab.pairs.load_pair`),
+    """The pair ``--model`` / ``--model_draft`` / ``--model_dtype`` name (:func:`wmspec_jax.models.pairs.load_pair`),
     checked against the tokenizer's ``vocab``; InputError naming the flag."""
-    from wmspec_jax.lab import pairs
+    from wmspec_jax.models import pairs
     from wmspec_jax.models import hf
 
     check_flags(fv)
@@ -252,10 +252,10 @@ def _check_model_name(scorer: ModelScorer, record: dict, where: str, drafted: bo
 
 
 def recorded_prompt(pair, prompt: str, prompt_length: int, where: str) -> list:
-    """The ids generation gave ``prompt`` (:func:`wmspec_jax.lab.pairs.encode_prompts`): the kind whose
+    """The ids generation gave ``prompt`` (:func:`wmspec_jax.models.pairs.encode_prompts`): the kind whose
     encoding has ``prompt_length`` ids, else a longer encoding shortened to it as ``--truncate_prompts``
     did. LineError when none has that length."""
-    from wmspec_jax.lab import pairs
+    from wmspec_jax.models import pairs
 
     def encoded(kind: str, too_long: str) -> list:
         with warnings.catch_warnings():
@@ -289,7 +289,7 @@ def _prompt(scorer: ModelScorer, record: dict, where: str) -> tuple:
         return None, None
     if isinstance(length, int) and not isinstance(length, bool) and length >= 1:
         return tuple(recorded_prompt(scorer.pair, prompt, length, where)), "recorded"
-    from wmspec_jax.lab import pairs
+    from wmspec_jax.models import pairs
 
     try:  # the generator's encoder and packing (an empty encoding is refused, as generation refuses it)
         ids, lengths = pairs.encode_prompts(scorer.pair, [prompt], "question",

@@ -359,4 +359,4 @@ def pack_prompts(token_lists: Sequence[Sequence[int]], max_length: int, pad_id: 
 
 __all__ = ["BUILTIN", "ModelPair", "PACK_TOO_LONG", "TOO_LONG", "TOY", "TOY_TV", "TOY_VOCAB", "builtin_draft",
            "builtin_draft_name", "canonical_draft", "check_pair_spec", "check_special_pair", "encode_prompts",
-           "load_pair", "pack_prompts"]
+           "load_pair", "load_target", "pack_prompts"]
