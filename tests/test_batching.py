@@ -100,6 +100,7 @@ def test_one_line_per_text_with_its_format_version_older_lines_read_newer_refuse
             text_record.is_complete({**line, "format_version": bad}, "r1", text.index)
     with pytest.raises(ValueError, match="replace"):  # a writer cannot overwrite the text's own fields
         text_record.generation_line(text, "r1", tokens=[1, 2])
+    assert text_record.generation_line(text, "r1", text="the decoded answer")["text"] == "the decoded answer"
 
 
 def test_arguments_are_checked_before_any_work():

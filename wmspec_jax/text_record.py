@@ -156,11 +156,11 @@ class GeneratedText:
                    candidate=tuple(candidate))
 
 
-def generation_line(text: GeneratedText, run: str, **fields) -> dict:
-    """The JSONL line of ``text`` in run ``run``: format version, id, run, the text's fields, then the
-    writer's ``fields`` (:data:`BATCH_FIELDS`, or :data:`TOOL_FIELDS` and the run's settings), which may not
-    replace any of the former."""
-    line = {FORMAT_FIELD: FORMAT_VERSION, "id": record_id(run, text.index), "run": run, **text.record()}
+def generation_line(generated: GeneratedText, run: str, /, **fields) -> dict:
+    """The JSONL line of ``generated`` in run ``run``: format version, id, run, the text's fields, then the
+    writer's ``fields`` (:data:`BATCH_FIELDS`, or :data:`TOOL_FIELDS` — ``text`` among them — and the run's
+    settings), which may not replace any of the former."""
+    line = {FORMAT_FIELD: FORMAT_VERSION, "id": record_id(run, generated.index), "run": run, **generated.record()}
     clash = sorted(set(fields) & set(line))
     if clash:
         raise ValueError(f"a writer's fields may not replace the text record's own: {clash}")
