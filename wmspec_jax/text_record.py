@@ -174,6 +174,8 @@ def is_complete(rec: Optional[dict], run: str, index: int, fields=BATCH_FIELDS) 
     if rec is None:
         return False
     check_format(rec)
+    # the first seven text fields are in every line ever written; watermarked_tokens and stopped came later
+    # and read with defaults (GeneratedText.from_record), so a line without them is complete
     return (all(k in rec for k in ("id", "run") + TEXT_FIELDS[:7] + tuple(fields)) and rec["run"] == run
             and rec["index"] == index and isinstance(rec["tokens"], list) and isinstance(rec["source"], list)
             and len(rec["tokens"]) == len(rec["source"]))
