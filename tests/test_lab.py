@@ -251,8 +251,8 @@ def test_multi_draft_shapes_run_next_to_one_chain(tmp_path):
     t = lab.detection_texts(harness, "gumbel")
     assert list(t["multi"]) == ["2d"]  # the tree's depth is 3, not --detect_lookahead
     multi = t["multi"]["2d"]
-    assert multi["siblings"] == 2 and multi["run"] == "pseudorandom-gumbel-K2-T0.5-D2d"
-    assert multi["candidate"].max() == 1 and multi["candidate"][multi["source"] != sources.SOURCE_DRAFT].max() == 0
+    assert multi.siblings == 2 and multi.run == "pseudorandom-gumbel-K2-T0.5-D2d"
+    assert multi.candidate.max() == 1 and multi.candidate[multi.source != sources.SOURCE_DRAFT].max() == 0
     res = evaluation.evaluate("gumbel", t, lengths=s.tpr_lengths, roc_length=8, vocab_size=harness.pair.vocab_size,
                               context_width=4, num_resamples=s.num_resamples, multi_draft=t["multi"])
     md = res["multi_draft"]["2d"]
@@ -313,6 +313,26 @@ def test_resuming_with_other_generation_settings_or_secret_is_refused(pipeline_o
         lab.Session(dataclasses.replace(SMALL, secret="another"), out, pair=session.pair)
     # sizes and batching may change: records are per text and batch-invariant
     lab.Session(dataclasses.replace(SMALL, batch_size=2, num_prompts=3), out, pair=session.pair)
+
+
+def test_text_rows_are_one_typed_batch_the_statistics_take_and_take_rows_of():
+    rng = np.random.default_rng(3)
+    texts = [text_record.GeneratedText(index=i, prompt_length=2 + i, tokens=tuple(rng.integers(0, 50, 6 + i).tolist()),
+                                       source=(0, 1, 2, 0, 1, 2) + (0,) * i, num_steps=3, logppl=1.0,
+                                       watermarked_tokens=6, stopped="length") for i in range(4)]
+    prompts = rng.integers(0, 50, size=(4, 8)).astype(np.int32)
+    rows = detection_rows.texts_from_records([t.record() for t in texts], prompts, keys.text_keys(SECRET, range(4)))
+    assert len(rows) == 4 and rows.tokens.shape == rows.source.shape == (4, 2 + 3 + 6 + 3)
+    assert list(rows.starts) == [2, 3, 4, 5] and list(rows.lengths) == [8, 10, 12, 14]
+    typed = detect.gumbel_statistics(rows, rows.keys, vocab_size=50)
+    fields = detect.gumbel_statistics(rows.tokens, rows.keys, lengths=rows.lengths, starts=rows.starts, vocab_size=50)
+    assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(typed[:-1], fields[:-1]))
+    two = rows.take([3, 1])
+    assert list(two.indices) == [3, 1] and np.array_equal(two.tokens, rows.tokens[[3, 1]])
+    assert np.array_equal(np.asarray(two.keys), np.asarray(rows.keys)[[3, 1]])
+    assert np.array_equal(np.asarray(detect.gumbel_statistics(two, two.keys, vocab_size=50).y_target),
+                          np.asarray(typed.y_target)[[3, 1]])
+    assert list(rows.take(rows.indices % 2 == 0).indices) == [0, 2]
 
 
 def test_detection_texts_rebuild_generation(pipeline_outputs):

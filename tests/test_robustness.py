@@ -12,7 +12,7 @@ import pytest
 
 from wmspec_jax import keys
 from wmspec_jax import lab as experiment
-from wmspec_jax.lab import edits
+from wmspec_jax.lab import detection_rows, edits
 from wmspec_jax.lab import robustness
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -112,18 +112,20 @@ def test_detection_is_reused_only_with_the_same_settings_and_detectors(run, tmp_
 
 def test_edit_texts_keeps_the_prompt_and_carries_sources():
     tokens = np.array([[1, 2, 3, 10, 11, 12, 13, 0], [4, 5, 20, 21, 22, 23, 24, 25]], np.int32)
-    texts = {"tokens": tokens, "lengths": np.array([7, 8]), "starts": np.array([3, 2]), "indices": np.array([0, 1]),
-             "source": np.where(np.arange(8)[None] >= np.array([[3], [2]]), np.arange(8)[None] % 3, -1).astype(np.int8),
-             "keys": None}
+    texts = detection_rows.TextRows(
+        tokens, lengths=np.array([7, 8]), starts=np.array([3, 2]),
+        source=np.where(np.arange(8)[None] >= np.array([[3], [2]]), np.arange(8)[None] % 3, -1).astype(np.int8),
+        candidate=np.zeros((2, 8), np.int8), keys=None, indices=np.array([0, 1]))
     out = robustness.edit_texts(texts, "delete", 0.5, seed=[0], width=20, vocab_size=30)
+    assert out.tokens.shape == out.source.shape == out.candidate.shape == out.intact.shape == (2, 20)
     for row in range(2):
-        start = texts["starts"][row]
-        np.testing.assert_array_equal(out["tokens"][row, :start], tokens[row, :start])
-        gen = out["tokens"][row, start: out["lengths"][row]]
-        orig = list(tokens[row, start: texts["lengths"][row]])
+        start = texts.starts[row]
+        np.testing.assert_array_equal(out.tokens[row, :start], tokens[row, :start])
+        gen = out.tokens[row, start: out.lengths[row]]
+        orig = list(tokens[row, start: texts.lengths[row]])
         assert all(t in orig for t in gen)
-        for t, s in zip(gen, out["source"][row, start: out["lengths"][row]]):
-            assert s == texts["source"][row][list(tokens[row]).index(t)]
+        for t, s in zip(gen, out.source[row, start: out.lengths[row]]):
+            assert s == texts.source[row][list(tokens[row]).index(t)]
     with pytest.raises(ValueError, match="width"):
         robustness.edit_texts(texts, "insert", 1.0, seed=[0], width=9, vocab_size=30)
     with pytest.raises(ValueError, match="--edits"):

@@ -27,7 +27,7 @@ def test_statistics_reproduce_generation_records(gumbel_pos, synth_pos):
         assert all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(typed[:-1], st[:-1]))
         assert not np.array_equal(np.asarray(stats_fn(rec.tokens, run.keys, lengths=rec.lengths, starts=0,
                                                       vocab_size=c.VOCAB).mask), np.asarray(st.mask))
-        with pytest.raises(ValueError, match="come with the Records"):
+        with pytest.raises(ValueError, match="come with the typed batch"):
             stats_fn(rec, run.keys, lengths=rec.lengths, vocab_size=c.VOCAB)
 
 

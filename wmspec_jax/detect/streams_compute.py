@@ -163,12 +163,12 @@ def _check_candidate(candidate, shape: tuple, siblings: int):
 
 def _texts_of(tokens, lengths, starts) -> tuple:
     """(tokens, lengths, starts) of either form the statistics take: token ids with their lengths and starts,
-    or one typed batch of generated texts (:class:`Records`: its tokens, lengths and starts; passing
-    ``lengths`` / ``starts`` beside it would say two things at once)."""
-    if not isinstance(tokens, Records):
+    or one typed batch of texts — :class:`Records` or any batch with ``tokens``, ``lengths`` and ``starts``
+    arrays (the lab's ``TextRows``); passing ``lengths`` / ``starts`` beside it would say two things at once."""
+    if not (isinstance(tokens, Records) or all(hasattr(tokens, f) for f in ("tokens", "lengths", "starts"))):
         return tokens, lengths, starts
     if lengths is not None or starts is not None:
-        raise ValueError("lengths / starts come with the Records; pass them only with token ids")
+        raise ValueError("lengths / starts come with the typed batch of texts; pass them only with token ids")
     return tokens.tokens, tokens.lengths, tokens.starts
 
 

@@ -88,15 +88,15 @@ def human_answers(pair, examples: Sequence, max_new_tokens: int) -> list:
     return [list(pair.encode_text(e.human))[:max_new_tokens] if e.human.strip() else [] for e in examples]
 
 
-def answer_texts(texts: Sequence[text_record.GeneratedText], text_keys) -> dict:
-    """The generated answers without their prompts, in :func:`wmspec_jax.lab.detection_rows.texts_from_records`'
-    layout: ``tokens`` int32[N, L] right-padded, ``lengths`` int32[N], ``keys`` (``text_keys``, in order)."""
+def answer_texts(texts: Sequence[text_record.GeneratedText], text_keys) -> detection_rows.TextRows:
+    """The generated answers without their prompts as :class:`~wmspec_jax.lab.detection_rows.TextRows`
+    (``text_keys`` in order)."""
     alone = [dataclasses.replace(t, prompt_length=0) for t in texts]
     no_prompts = np.zeros((max(t.index for t in texts) + 1, 0), np.int32)
     return detection_rows.texts_from_records(alone, no_prompts, text_keys)
 
 
-def human_texts(human: Sequence[Sequence[int]], indices: Sequence[int], text_keys) -> dict:
+def human_texts(human: Sequence[Sequence[int]], indices: Sequence[int], text_keys) -> detection_rows.TextRows:
     """The human answers ``indices`` alone, in the layout of :func:`answer_texts`. Their random sources
     (:func:`wmspec_jax.lab.detection_rows.texts_from_human`) are not read: key-only detectors need none."""
     no_prompts = np.zeros((len(human), 0), np.int32)
@@ -104,14 +104,13 @@ def human_texts(human: Sequence[Sequence[int]], indices: Sequence[int], text_key
                                        0.0, jax.random.key(0))
 
 
-def pvalues(decoder: decoders.WatermarkDecoder, texts: dict, vocab_size: int, draft_fraction: float,
+def pvalues(decoder: decoders.WatermarkDecoder, texts: detection_rows.TextRows, vocab_size: int, draft_fraction: float,
             num_tokens: Sequence[int]) -> dict:
     """{n: float64[N] each text's p-value on its first n scored tokens} of :func:`answer_texts`' texts
     from the decoder's key-only detector; the answer alone, its first h tokens context only."""
     from wmspec_jax import detect
 
-    stats = detect.statistics(decoder, texts["tokens"], texts["keys"], vocab_size=vocab_size,
-                              lengths=texts["lengths"])
+    stats = detect.statistics(decoder, texts.tokens, texts.keys, vocab_size=vocab_size, lengths=texts.lengths)
     options = {decoders.KGW: {"gamma": decoder.gamma, "vocab_size": vocab_size},
                decoders.GUMBEL: {"draft_fraction": draft_fraction}}
     detector = detect.make(detect.DEFAULTS[decoder.family], stats.provenance, **options.get(decoder.family, {}))

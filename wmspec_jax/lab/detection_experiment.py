@@ -39,7 +39,7 @@ def detection_texts(harness: Session, decoder: str, multi_draft: bool = True) ->
     """The detection experiment's texts of one decoder (generated where missing).
 
     Returns:
-      dict of :func:`wmspec_jax.lab.detection_rows.texts_from_records` dicts —
+      dict of :class:`wmspec_jax.lab.detection_rows.TextRows` —
       ``ptr``, ``pte`` (Alg. 1, train / test parts: ``num_detection_train``
       texts train), ``ntr``, ``nte`` (plain sampling from the target),
       ``htr``, ``hte`` (human answers of the same prompts, or None) — every
@@ -66,8 +66,8 @@ def detection_texts(harness: Session, decoder: str, multi_draft: bool = True) ->
         _, test = detection_rows.split_train_test(harness.records(run, s.num_detection_texts, s.detection_rows),
                                               s.num_detection_train)
         part = detection_rows.texts_from_records(test, harness.prompts, harness.keys_for(run, [r["index"] for r in test]))
-        t["multi"][shape] = {**part, "siblings": run.siblings, "run": run.name}
-    p_draft = detect.draft_fraction(t["ptr"]["source"], t["ptr"]["source"] >= 0)
+        t["multi"][shape] = part.replace(siblings=run.siblings, run=run.name)
+    p_draft = detect.draft_fraction(t["ptr"].source, t["ptr"].source >= 0)
     rng = jax.random.key(s.seed + 7)
     human_ids = harness.human_token_ids(s.num_detection_texts)
     for name, part in (("htr", ptr), ("hte", pte)):
@@ -87,16 +87,16 @@ def run_detection(harness: Session) -> dict:
     for dec in (GUMBEL, SYNTHID):
         t = detection_texts(harness, dec)
         pos_run, neg_run = t["runs"]
-        log(f"detection: scoring {dec} ({sum(len(t[k]['indices']) for k in ('ptr', 'pte'))} watermarked, "
-            f"{sum(len(t[k]['indices']) for k in ('ntr', 'nte'))} unwatermarked, "
-            f"{sum(len(t[k]['indices']) for k in ('htr', 'hte') if t[k])} human texts)")
+        log(f"detection: scoring {dec} ({sum(len(t[k]) for k in ('ptr', 'pte'))} watermarked, "
+            f"{sum(len(t[k]) for k in ('ntr', 'nte'))} unwatermarked, "
+            f"{sum(len(t[k]) for k in ('htr', 'hte') if t[k])} human texts)")
         res = evaluation.evaluate(dec, t, lengths=s.tpr_lengths, vocab_size=pair.vocab_size,
                                   context_width=prf.DEFAULT_CONTEXT_WIDTH, num_layers=s.synthid_layers, seed=s.seed,
                                   num_resamples=s.num_resamples, mixture=s.synthid_mixture, save_dir=detector_dir,
                                   roc_length=s.roc_length_gumbel if dec == GUMBEL else s.roc_length_synthid,
                                   multi_draft=t["multi"])
         for shape, part in t["multi"].items():
-            res["multi_draft"][shape]["run"] = part["run"]
+            res["multi_draft"][shape]["run"] = part.run
         res.update(positives=pos_run.name, negatives_run=neg_run.name, temperature=pos_run.temperature)
         out[dec] = res
     storage.atomic_write_json(os.path.join(harness.output_dir, "detection.json"), out)

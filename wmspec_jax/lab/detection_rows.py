@@ -8,11 +8,60 @@ scores (token rows with their generation starts, sources and sibling candidates,
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
 
 from wmspec_jax import detect, text_record
+
+
+@dataclasses.dataclass(frozen=True)
+class TextRows:
+    """Prompt + text rows of one set of texts for detection: the lab's one typed batch.
+
+    The statistics take it in place of token ids + lengths + starts
+    (``detect.gumbel_statistics(rows, rows.keys, vocab_size=V)``), as they take a generation's
+    :class:`wmspec_jax.detect.Records`.
+
+    Attributes:
+      tokens: int32[N, L] prompt + text, right-padded.
+      lengths, starts: int32[N] each row's end and generation start (the repeated-context rule of
+        generation).
+      source: int8[N, L] each generated token's ``SOURCE_*`` (−1 outside generated tokens).
+      candidate: int8[N, L] each token's sibling under multi-draft sampling, else 0.
+      keys: :class:`wmspec_jax.keys.StreamKeys` of the rows (the keys detection scores them with).
+      indices: int[N] the texts' indices.
+      siblings: the most children a node of the generation's draft tree had (1: one chain).
+      run: the generating run's name where a set holds one run's texts (multi-draft parts), else None.
+      intact: bool[N, L] after edits, the generated tokens still in their original context; None unedited.
+    """
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    starts: np.ndarray
+    source: np.ndarray
+    candidate: np.ndarray
+    keys: object
+    indices: np.ndarray
+    siblings: int = 1
+    run: Optional[str] = None
+    intact: Optional[np.ndarray] = None
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def take(self, rows) -> "TextRows":
+        """The rows ``rows`` (indices or a boolean mask), keys included."""
+        rows = np.asarray(rows)
+        if rows.dtype == bool:
+            rows = np.flatnonzero(rows)
+        arrays = {f: getattr(self, f)[rows] for f in ("tokens", "lengths", "starts", "source", "candidate", "indices")}
+        intact = None if self.intact is None else self.intact[rows]
+        return dataclasses.replace(self, **arrays, keys=self.keys[rows], intact=intact)
+
+    def replace(self, **changes) -> "TextRows":
+        return dataclasses.replace(self, **changes)
 
 
 
@@ -27,19 +76,16 @@ def texts_from_records(records: Sequence, prompts: np.ndarray, keys):
         the records' order (the keys detection scores them with).
 
     Returns:
-      dict with ``tokens`` int32[N, L], ``lengths``, ``starts`` int32[N]
-      (generation starts: the repeated-context rule of generation),
-      ``source`` int8[N, L] (−1 outside generated tokens), ``candidate``
-      int8[N, L] (each token's sibling under multi-draft sampling, else 0),
-      ``keys``, ``indices`` int[N].
+      :class:`TextRows`.
     """
-    texts = [r if isinstance(r, text_record.GeneratedText) else text_record.GeneratedText.from_record(r) for r in records]
+    read = text_record.GeneratedText.from_record
+    texts = [r if isinstance(r, text_record.GeneratedText) else read(r) for r in records]
     return _detection_rows([(t.index, t.prompt_length, t.tokens, t.source, t.candidate) for t in texts], prompts,
                            keys)
 
 
-def _detection_rows(rows: Sequence[tuple], prompts: np.ndarray, keys) -> dict:
-    """The :func:`texts_from_records` dict of (index, prompt length, tokens, source, candidate) rows."""
+def _detection_rows(rows: Sequence[tuple], prompts: np.ndarray, keys) -> TextRows:
+    """The :class:`TextRows` of (index, prompt length, tokens, source, candidate) rows."""
     n = len(rows)
     if len(keys) != n:
         raise ValueError(f"{len(keys)} keys for {n} records")
@@ -56,13 +102,12 @@ def _detection_rows(rows: Sequence[tuple], prompts: np.ndarray, keys) -> dict:
             candidate[row, p : p + len(gen)] = cand
         lengths[row], starts[row] = p + len(gen), p
     indices = np.array([row[0] for row in rows])
-    return {"tokens": tokens, "lengths": lengths, "starts": starts, "source": source, "candidate": candidate,
-            "keys": keys, "indices": indices}
+    return TextRows(tokens, lengths, starts, source, candidate, keys, indices)
 
 
 def texts_from_human(prompts: np.ndarray, prompt_lengths: np.ndarray, human_ids: Sequence[Sequence[int]],
                      indices: Sequence[int], keys, draft_fraction: float, rng):
-    """Prompt + human-text rows (the human negatives), in the layout of :func:`texts_from_records`.
+    """Prompt + human-text rows (the human negatives) as :class:`TextRows`.
 
     Args:
       prompts, prompt_lengths: the experiment's packed prompts.
@@ -74,9 +119,7 @@ def texts_from_human(prompts: np.ndarray, prompt_lengths: np.ndarray, human_ids:
     rows = [(int(i), int(prompt_lengths[int(i)]), list(human_ids[int(i)]), [0] * len(human_ids[int(i)]), ())
             for i in indices]
     texts = _detection_rows(rows, prompts, keys)
-    generated = texts["source"] >= 0
-    texts["source"] = np.asarray(detect.pseudo_source(generated, draft_fraction, rng))
-    return texts
+    return texts.replace(source=np.asarray(detect.pseudo_source(texts.source >= 0, draft_fraction, rng)))
 
 
 def with_human(human_ids: Sequence[Sequence[int]], indices: Sequence[int]) -> list:
@@ -98,4 +141,4 @@ def split_train_test(records: Sequence[dict], num_train: Optional[int] = None) -
     return list(records[:n_train]), list(records[n_train:])
 
 
-__all__ = ["split_train_test", "texts_from_human", "texts_from_records", "with_human"]
+__all__ = ["TextRows", "split_train_test", "texts_from_human", "texts_from_records", "with_human"]

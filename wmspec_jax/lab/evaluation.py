@@ -96,13 +96,13 @@ def _roc(pos, neg) -> dict:
 
 
 def _lengths_available(texts, grid):
-    shortest = int(np.min(texts["lengths"] - texts["starts"]))
+    shortest = int(np.min(texts.lengths - texts.starts))
     return [int(x) for x in grid if x <= shortest]
 
 
 def _long_enough(texts, length: int) -> np.ndarray:
     """Rows with at least ``length`` generated (or human) tokens."""
-    return np.flatnonzero(texts["lengths"] - texts["starts"] >= length)
+    return np.flatnonzero(texts.lengths - texts.starts >= length)
 
 
 def _fpr_estimate(flags) -> dict:
@@ -158,13 +158,13 @@ def load_set(decoder: str, directory: str, provenance, extra: Optional[dict] = N
     return complete_set(decoder, fitted, provenance, extra)
 
 
-def score_set(detectors: dict, stats, texts: dict) -> dict:
+def score_set(detectors: dict, stats, texts) -> dict:
     """label -> :class:`wmspec_jax.detect.Scores` of every detector of a set on one batch.
 
     The Oracles get the texts' sources. Every detector is deterministic (Ars-Prior's coins are keyed),
     so a text's score does not depend on its batch (nor on padding or truncation).
     """
-    return {label: d.score(stats, source=texts["source"]) for label, d in detectors.items()}
+    return {label: d.score(stats, source=texts.source) for label, d in detectors.items()}
 
 
 def _save(save_dir, decoder: str, fitted: dict) -> None:
@@ -218,7 +218,7 @@ class Family:
 
     Attributes:
       decoder: ``"gumbel"`` or ``"synthid"``.
-      statistics: ``(texts, options) -> statistics`` of a :func:`wmspec_jax.lab.detection_rows.texts_from_records` dict.
+      statistics: ``(texts, options) -> statistics`` of a :class:`wmspec_jax.lab.detection_rows.TextRows`.
       fit: ``(sets, stats, options) -> (fitted, info)``: the fitted detectors
         (label -> detector, the labels of :data:`SAVED`) and what the result
         reports about the fit. ``sets`` holds the texts ``"trp"`` (watermarked
@@ -236,14 +236,13 @@ class Family:
     """
 
     decoder: str
-    statistics: Callable[[dict, dict], Any]
+    statistics: Callable[[Any, dict], Any]
     fit: Callable[[dict, Callable, dict], tuple]
     negatives_from_human: bool
 
 
 def _gumbel_stats(texts, options):
-    return detect.gumbel_statistics(texts["tokens"], texts["keys"], lengths=texts["lengths"],
-                                    starts=texts["starts"], context_width=options["context_width"],
+    return detect.gumbel_statistics(texts, texts.keys, context_width=options["context_width"],
                                     vocab_size=options["vocab_size"], siblings=options.get("siblings", 1),
                                     candidate=options.get("candidate"))
 
@@ -251,16 +250,15 @@ def _gumbel_stats(texts, options):
 def _fit_gumbel(sets, stats, options):
     """Ars-τ (τ at FPR α on the exact null), Ars-Prior (the training texts' draft fraction), soft."""
     train_pos, train_stats = sets["trp"], stats("trp")
-    p_draft = detect.draft_fraction(train_pos["source"], np.asarray(train_stats.mask))
+    p_draft = detect.draft_fraction(train_pos.source, np.asarray(train_stats.mask))
     fitted = {"Ars-tau": detect.fit_ars_tau(train_stats, target_fpr=ALPHA),
               "Ars-Prior": detect.ars_prior_detector(p_draft, provenance=train_stats.provenance),
-              "soft (ours)": detect.fit_soft(train_stats, train_pos["source"])}
+              "soft (ours)": detect.fit_soft(train_stats, train_pos.source)}
     return fitted, {"tau": fitted["Ars-tau"].tau, "draft_fraction": fitted["Ars-Prior"].draft_fraction}
 
 
 def _synthid_stats(texts, options):
-    return detect.synthid_statistics(texts["tokens"], texts["keys"], options["num_layers"], lengths=texts["lengths"],
-                                     starts=texts["starts"], context_width=options["context_width"],
+    return detect.synthid_statistics(texts, texts.keys, options["num_layers"], context_width=options["context_width"],
                                      vocab_size=options["vocab_size"], siblings=options.get("siblings", 1),
                                      candidate=options.get("candidate"))
 
@@ -269,8 +267,8 @@ def _fit_synthid(sets, stats, options):
     """Bayes-Prior, Bayes-MLP and the Bayesian Oracle (App. D): trained on the first 3/4 of the training
     split (positives and negatives), validated (early stopping, L2 choice) on the last 1/4."""
     train_pos, train_neg = sets["trp"], sets["trn"]
-    p_draft = detect.draft_fraction(train_pos["source"], np.asarray(stats("trp").mask))
-    cut_p, cut_n = (3 * len(t["indices"]) // 4 for t in (train_pos, train_neg))
+    p_draft = detect.draft_fraction(train_pos.source, np.asarray(stats("trp").mask))
+    cut_p, cut_n = (3 * len(t) // 4 for t in (train_pos, train_neg))
     part = {"train": (slice(0, cut_p), slice(0, cut_n)), "val": (slice(cut_p, None), slice(cut_n, None))}
     n_fit = cut_p + cut_n
     tc = options["train_config"] or detect.TrainConfig(learning_rate=0.05, epochs=40, batch_size=min(64, n_fit),
@@ -283,7 +281,7 @@ def _fit_synthid(sets, stats, options):
         for name, (ip, ineg) in part.items():
             kw = {}
             if mode == "oracle":
-                kw = dict(positives_source=train_pos["source"][ip], negatives_source=train_neg["source"][ineg])
+                kw = dict(positives_source=train_pos.source[ip], negatives_source=train_neg.source[ineg])
             splits[name] = detect.make_dataset(detect.take(stats("trp"), ip), detect.take(stats("trn"), ineg), **kw)
         fitted[label], _ = detect.train_bayes(cfg, splits["train"], splits["val"], tc)
     return fitted, {"num_layers": options["num_layers"], "mixture": options["mixture"], "draft_fraction": p_draft,
@@ -303,11 +301,11 @@ FAMILIES = {
 
 
 def _count(texts) -> int:
-    return 0 if texts is None else len(texts["indices"])
+    return 0 if texts is None else len(texts)
 
 
-def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dict, texts: dict,
-                 model_negatives: dict, threshold_negatives: Callable, lengths: Sequence[int], rng, *,
+def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dict, texts,
+                 model_negatives, threshold_negatives: Callable, lengths: Sequence[int], rng, *,
                  num_resamples: int) -> dict:
     """TPR at 1 % FPR vs length of multi-draft Alg. 1 texts under one chain's detectors (:func:`evaluate`).
 
@@ -317,17 +315,17 @@ def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dic
     statistic has one stream's null law, and the FPR on the model negatives scored the same way is
     reported (they also set the thresholds of the uncalibrated detectors).
     """
-    siblings = int(texts["siblings"])
+    siblings = int(texts.siblings)
     searched = siblings > 1
     opts = {**options, "siblings": siblings}
     stats = family.statistics(texts, opts)
-    oracle_stats = family.statistics(texts, {**opts, "candidate": texts["candidate"]}) if searched else stats
+    oracle_stats = family.statistics(texts, {**opts, "candidate": texts.candidate}) if searched else stats
     if searched:
         detectors = {k: dataclasses.replace(d, provenance=stats.provenance) for k, d in detectors.items()}
 
-    def score(part: dict, key_stats, source_stats) -> dict:
+    def score(part, key_stats, source_stats) -> dict:
         return {k: np.asarray(detect.decision_scores(d.score(source_stats if d.needs_source else key_stats,
-                                                             source=part["source"])))
+                                                             source=part.source)))
                 for k, d in detectors.items()}
 
     if searched:
@@ -335,7 +333,7 @@ def _multi_draft(family: Family, options: dict, detectors: dict, calibrated: dic
 
         def negatives(length: int) -> dict:
             rows = _long_enough(model_negatives, length)
-            part = {"source": model_negatives["source"][rows], "indices": model_negatives["indices"][rows]}
+            part = model_negatives.take(rows)
             truncated = detect.truncate(detect.take(neg_stats, rows), length)
             return score(part, truncated, truncated) if rows.size else {}
     else:
@@ -380,7 +378,7 @@ class _SetScores:
     def _stats(self, name: str):
         return self.family.statistics(self.sets[name], self.options)
 
-    def score_all(self, part: dict, part_stats) -> dict:
+    def score_all(self, part, part_stats) -> dict:
         out = score_set(self.detectors, part_stats, part)
         return {k: np.asarray(detect.decision_scores(v)) for k, v in out.items()}
 
@@ -393,8 +391,8 @@ class _SetScores:
         rows = np.arange(_count(part)) if every else _long_enough(part, length)
         if rows.size == 0:
             return {}, 0
-        return (self.score_all({"source": part["source"][rows], "indices": part["indices"][rows]},
-                               detect.truncate(detect.take(self.stats(f"tn_{which}"), rows), length)), rows.size)
+        truncated = detect.truncate(detect.take(self.stats(f"tn_{which}"), rows), length)
+        return self.score_all(part.take(rows), truncated), rows.size
 
     def threshold_negatives(self, length: int):
         """(scores per detector, {set: count}) of the threshold negatives at ``length`` (:func:`evaluate`)."""
@@ -413,7 +411,7 @@ def _scores_of(neg: dict, name: str) -> np.ndarray:  # no negatives: an empty ar
     return neg.get(name, np.zeros(0))
 
 
-def _tpr_curves(sc: _SetScores, test_pos: dict, lengths: Sequence[int], rng, num_resamples: int) -> tuple:
+def _tpr_curves(sc: _SetScores, test_pos, lengths: Sequence[int], rng, num_resamples: int) -> tuple:
     """(lengths kept, TPR estimate per detector and length, threshold negatives used per length)."""
     calibrated = sc.calibrated
     grid = _lengths_available(test_pos, lengths)
@@ -430,10 +428,10 @@ def _tpr_curves(sc: _SetScores, test_pos: dict, lengths: Sequence[int], rng, num
     return grid, curves, counts
 
 
-def _roc_and_fpr(sc: _SetScores, test_pos: dict, roc_length: int) -> tuple:
+def _roc_and_fpr(sc: _SetScores, test_pos, roc_length: int) -> tuple:
     """(ROC length, ROC per detector, FPR per negative set and detector) at the ROC length (:func:`evaluate`)."""
     calibrated = sc.calibrated
-    roc_len = min(roc_length, int(np.min(test_pos["lengths"] - test_pos["starts"])))
+    roc_len = min(roc_length, int(np.min(test_pos.lengths - test_pos.starts)))
     neg, used = sc.threshold_negatives(roc_len)
     while roc_len > 1 and sum(used.values()) == 0:
         roc_len -= 1  # human texts can be short: the ROC uses a length some negatives reach
@@ -473,7 +471,7 @@ def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: i
 
     Args:
       decoder: a key of :data:`FAMILIES`.
-      texts: :func:`texts_from_records` / :func:`texts_from_human` dicts —
+      texts: the sets' :class:`~wmspec_jax.lab.detection_rows.TextRows` by name —
         ``ptr``, ``pte`` (Alg. 1 texts, train / test), ``ntr``, ``nte``
         (the model's unwatermarked texts), ``htr``, ``hte`` (human texts or
         None) — as :func:`wmspec_jax.lab.detection_texts` returns them.
@@ -484,8 +482,8 @@ def evaluate(decoder: str, texts: dict, *, lengths: Sequence[int], roc_length: i
       num_layers, train_config, mixture: SynthID's m, the Bayesian detectors'
         training and ``BayesConfig.mixture`` (``"layer"``: the paper's Eq. (17)).
       save_dir: if given, the fitted detectors are saved there (key-free).
-      multi_draft: draft shape -> test texts of multi-draft Alg. 1 (a
-        :func:`texts_from_records` dict with ``siblings``, the most children
+      multi_draft: draft shape -> test texts of multi-draft Alg. 1
+        (:class:`~wmspec_jax.lab.detection_rows.TextRows` with ``siblings``, the most children
         of a node): their TPR curves under the same detectors
         (:func:`_multi_draft`), in the result's ``multi_draft``.
 

@@ -56,6 +56,7 @@ import numpy as np
 from wmspec_jax import detect, prf, storage
 from wmspec_jax.decoders import WatermarkDecoder
 from wmspec_jax.lab import detection_rows, evaluation, runs
+from wmspec_jax.lab.detection_rows import TextRows
 from wmspec_jax.lab import edits as edits_lib
 from wmspec_jax.detect import metrics
 from wmspec_jax.lab.detection_experiment import DETECTORS_DIR, detection_runs, detection_texts, run_detection
@@ -127,35 +128,37 @@ def human_pool(session: Session) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-def edit_texts(texts: dict, kind: str, rate: float, *, seed: Sequence[int], width: int, vocab_size: int,
-               human=None, span: int = edits_lib.DEFAULT_SPAN, context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> dict:
-    """The texts of a :func:`wmspec_jax.lab.detection_rows.texts_from_records` dict with their generated part edited.
+def edit_texts(texts: TextRows, kind: str, rate: float, *, seed: Sequence[int], width: int, vocab_size: int,
+               human=None, span: int = edits_lib.DEFAULT_SPAN,
+               context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> TextRows:
+    """:class:`~wmspec_jax.lab.detection_rows.TextRows` with their generated part edited.
 
     The prompt stays; the generated tokens are edited with a generator seeded
     by ``seed + [text index]`` (a text's edit does not depend on its batch).
     Sources follow the tokens (−1 for new ones); ``intact`` marks generated
     tokens still in their original context. Rows are padded to ``width``.
     """
-    n = len(texts["indices"])
+    n = len(texts)
     tokens = np.zeros((n, width), np.int32)
     source = np.full((n, width), -1, np.int8)
     intact = np.zeros((n, width), bool)
     lengths = np.zeros(n, np.int32)
     for row in range(n):
-        start, end = int(texts["starts"][row]), int(texts["lengths"][row])
-        gen = texts["tokens"][row, start:end]
-        rng = np.random.default_rng(list(seed) + [int(texts["indices"][row])])
+        start, end = int(texts.starts[row]), int(texts.lengths[row])
+        gen = texts.tokens[row, start:end]
+        rng = np.random.default_rng(list(seed) + [int(texts.indices[row])])
         e = edits_lib.apply(kind, gen, rate, rng, vocab_size=vocab_size, human=human, span=span)
         total = start + e.tokens.size
         if total > width:
             raise ValueError(f"an edited text has {total} tokens, more than the batch width {width}")
-        tokens[row, :start] = texts["tokens"][row, :start]
+        tokens[row, :start] = texts.tokens[row, :start]
         tokens[row, start:total] = e.tokens
-        src = texts["source"][row, start:end]
+        src = texts.source[row, start:end]
         source[row, start:total] = np.where(e.origin >= 0, src[np.maximum(e.origin, 0)], -1)
         intact[row, start:total] = edits_lib.intact(e.origin, context_width, prefix=start)
         lengths[row] = max(total, 1)
-    return {**texts, "tokens": tokens, "source": source, "lengths": lengths, "intact": intact}
+    candidate = np.zeros((n, width), np.int8)  # edited texts are scored as one chain's
+    return texts.replace(tokens=tokens, source=source, lengths=lengths, candidate=candidate, intact=intact)
 
 
 # ---------------------------------------------------------------------------
@@ -163,9 +166,8 @@ def edit_texts(texts: dict, kind: str, rate: float, *, seed: Sequence[int], widt
 # ---------------------------------------------------------------------------
 
 
-def _statistics(decoder: str, texts: dict, vocab_size: int, num_layers: int):
-    return detect.statistics(WatermarkDecoder.from_name(decoder, num_layers), texts["tokens"], texts["keys"],
-                             vocab_size=vocab_size, lengths=texts["lengths"], starts=texts["starts"])
+def _statistics(decoder: str, texts: TextRows, vocab_size: int, num_layers: int):
+    return detect.statistics(WatermarkDecoder.from_name(decoder, num_layers), texts, texts.keys, vocab_size=vocab_size)
 
 
 def stream_evidence(stats, intact) -> dict:
@@ -222,13 +224,13 @@ def score_cell(decoder: str, detectors: dict, sets: dict, negatives: dict, *, vo
             res["auc"][label] = _estimate(metrics.bootstrap_auc(pos_d, neg_d, jax.random.fold_in(key, 1),
                                                                 num_resamples=num_auc_resamples))
             res["flags"][label] = flagged.astype(int).tolist()
-        res["evidence"] = stream_evidence(stats, texts["intact"])
+        res["evidence"] = stream_evidence(stats, texts.intact)
         res["orderings"] = {}
         for better, worse in ORDERINGS[decoder]:
             cmp = metrics.paired_comparison(np.asarray(res["flags"][better], bool), np.asarray(res["flags"][worse], bool))
             res["orderings"][f"{better} vs {worse}"] = cmp._asdict()
         out["sets"][set_name] = res
-    out["negatives_evidence"] = stream_evidence(neg_stats, negatives["intact"])
+    out["negatives_evidence"] = stream_evidence(neg_stats, negatives.intact)
     return out
 
 
@@ -237,7 +239,7 @@ def score_cell(decoder: str, detectors: dict, sets: dict, negatives: dict, *, vo
 # ---------------------------------------------------------------------------
 
 
-def _texts_of(session: Session, run: runs.RunSpec, records: list) -> dict:
+def _texts_of(session: Session, run: runs.RunSpec, records: list) -> TextRows:
     return detection_rows.texts_from_records(records, session.prompts,
                                          session.keys_for(run, [r["index"] for r in records]))
 
@@ -278,7 +280,7 @@ def run_robustness(harness: Session, rs: RobustnessSettings = RobustnessSettings
                                                     s.num_detection_train)
         sets = {"alg1": t["pte"], "basic": _texts_of(harness, brun, basic_test)}
         provenance = detect.streams.statistics_provenance(
-            t["ptr"]["keys"], dec, WatermarkDecoder.from_name(dec, s.synthid_layers).num_layers,
+            t["ptr"].keys, dec, WatermarkDecoder.from_name(dec, s.synthid_layers).num_layers,
             prf.DEFAULT_CONTEXT_WIDTH)
         detectors = evaluation.load_set(dec, detector_dir, provenance, EXTRA[dec])
         summary["decoders"][dec] = {"runs": {"alg1": pos_run.name, "basic": brun.name, "negatives": neg_run.name},
@@ -353,9 +355,9 @@ def zero_edit_check(summary: dict, detection: dict, harness: Session) -> dict:
     if 0.0 not in summary["robustness"]["rates"]:
         return {"compared": False, "why": "0 is not among --edit_rates"}
     t = detection_texts(harness, GUMBEL, multi_draft=False)["pte"]
-    full = int(np.max(t["lengths"] - t["starts"]))
+    full = int(np.max(t.lengths - t.starts))
     res = detection[GUMBEL]
-    if full not in res["lengths"] or int(np.min(t["lengths"] - t["starts"])) != full:
+    if full not in res["lengths"] or int(np.min(t.lengths - t.starts)) != full:
         return {"compared": False, "why": f"the detection experiment's TPR lengths {res['lengths']} do not include "
                                           f"the texts' full length {full} (or texts differ in length)"}
     at = res["lengths"].index(full)
