@@ -171,6 +171,19 @@ def test_paraphrase_cells_with_stub_paraphrasers(run):
     assert "| Gumbel-max | Alg. 1 | paraphrase |" in open(os.path.join(out, "paraphrase.md")).read()
 
 
+def test_the_model_paraphraser_samples_without_a_watermark_and_repeats_itself():
+    from wmspec_jax.lab import paraphrase
+
+    pair = _round_trip_pair()
+    ps = paraphrase.ParaphraseSettings(max_new_tokens=6, batch_size=2, max_prompt_tokens=256)
+    rewrite = paraphrase.model_paraphraser(pair, ps)
+    texts = ["1 2 3 4", "5 6 7", "1 2 3 4"]
+    out = rewrite(texts)
+    assert len(out) == 3 and all(len(t.split()) == 6 for t in out)
+    assert out[0] == out[2] and rewrite(texts[:1]) == out[:1]  # keyed by the text, not its row or batch
+    assert "T = 0.7" in paraphrase.describe(rewrite)
+
+
 def test_field_metrics_on_the_toy_pair(run):
     from wmspec_jax.lab import field_metrics as fm
 

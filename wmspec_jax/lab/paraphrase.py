@@ -71,7 +71,7 @@ class ParaphraseSettings:
 
 def model_paraphraser(pair: pairs.ModelPair, ps: ParaphraseSettings = ParaphraseSettings()) -> Paraphraser:
     """texts -> rewrites by ``pair``'s target, asked through its chat template (module doc)."""
-    config = speculative.SpeculativeConfig(method="plain", max_new_tokens=ps.max_new_tokens,
+    config = speculative.SpeculativeConfig(method="plain", lookahead=0, max_new_tokens=ps.max_new_tokens,
                                            temperature=float(ps.temperature), eos_id=pair.eos_id,
                                            pad_id=pair.pad_id)
 
