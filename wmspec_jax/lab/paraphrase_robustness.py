@@ -85,13 +85,15 @@ def rewrite_set(store: storage.JsonlStore, paraphraser: para.Paraphraser, name: 
     return [store.records[k]["tokens"] or [pair.pad_id] for k in ids]
 
 
-def _pad(texts: dict, width: int) -> dict:
+def fit_width(texts: dict, width: int) -> dict:
+    """Rows padded (or cut) to ``width`` positions, so every condition shares one compiled forward pass."""
     out = dict(texts)
     for name, fill in (("tokens", 0), ("source", -1), ("candidate", 0)):
-        x = np.asarray(texts[name])
+        x = np.asarray(texts[name])[:, :width]
         pad = np.full((x.shape[0], width), fill, x.dtype)
         pad[:, :x.shape[1]] = x
         out[name] = pad
+    out["lengths"] = np.minimum(np.asarray(texts["lengths"]), width).astype(np.int32)
     return out
 
 
@@ -149,6 +151,9 @@ def run_paraphrase(harness: Session, ps: para.ParaphraseSettings = para.Paraphra
     store = storage.JsonlStore(os.path.join(harness.output_dir, STORE))
     summary = {"settings": s.public(), "pair": pair.name, "paraphraser": para.describe(paraphraser, "model"),
                "paraphrase": {k: getattr(ps, k) for k in ps.__dataclass_fields__}, "cells": {}, "examples": []}
+    # one width for every condition (one compiled forward pass): room for the longest rewrite, which the
+    # tokenizer's round trip may lengthen by a few tokens; longer rows are cut and counted ("cut")
+    width = int(harness.prompts.shape[1]) + max(s.max_new_tokens, ps.max_new_tokens) + 32
     for dec in decoders:
         t = detection_texts(harness, dec, multi_draft=False)
         brun = basic_run(s, dec)
@@ -163,11 +168,11 @@ def run_paraphrase(harness: Session, ps: para.ParaphraseSettings = para.Paraphra
         detectors = evaluation.load_set(dec, os.path.join(harness.output_dir, DETECTORS_DIR), provenance, EXTRA[dec])
         for set_name, (run, texts) in sets.items():
             conds, measures = conditions_of(harness, dec, set_name, run, texts, paraphraser, store)
-            width = max(int(np.max(c["lengths"])) for c in conds.values())
             for cond in CONDITIONS:
                 log(f"paraphrase: scoring {dec}/{set_name}/{cond}")
-                pv = _pvalues(dec, run, _pad(conds[cond], width), detectors[KEY_ONLY[dec, set_name]], pair, s,
-                              ps.min_window)
+                fitted = fit_width(conds[cond], width)
+                measures[cond]["cut"] = list(np.asarray(conds[cond]["lengths"]) > width)
+                pv = _pvalues(dec, run, fitted, detectors[KEY_ONLY[dec, set_name]], pair, s, ps.min_window)
                 summary["cells"][f"{dec}/{set_name}/{cond}"] = {
                     "decoder": dec, "method": set_name, "condition": cond, "run": run.name,
                     "key_only_detector": KEY_ONLY[dec, set_name], "measures": _measures_summary(measures[cond]),
@@ -215,5 +220,6 @@ def paraphrase_markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CONDITIONS", "KEY_ONLY", "KINDS", "STORE", "answers", "conditions_of", "csv_rows", "paraphrase_markdown",
+__all__ = ["CONDITIONS", "KEY_ONLY", "KINDS", "STORE", "answers", "conditions_of", "csv_rows", "fit_width",
+           "paraphrase_markdown",
            "rewrite_set", "run_paraphrase", "summarise"]
