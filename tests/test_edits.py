@@ -88,3 +88,37 @@ def test_intact_marks_tokens_whose_context_is_untouched():
     expected = 0.8 ** (h + 1)
     # positions are dependent (overlapping contexts): a z bound with the variance of h + 1 - dependent sums
     assert abs(kept.mean() - expected) < stats.Z * np.sqrt((2 * h + 1) * expected * (1 - expected) / kept.size)
+
+
+def _levenshtein_reference(a, b) -> int:
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+    return d[-1][-1]
+
+
+def test_levenshtein_against_the_textbook_recursion():
+    assert edits.levenshtein([1, 2, 3], [1, 2, 3]) == 0
+    assert edits.levenshtein([1, 2, 3], [3, 2, 1]) == 2  # two substitutions
+    assert edits.levenshtein([1, 2, 3, 4], [2, 3, 4, 5]) == 2  # a deletion and an insertion, not 4 substitutions
+    assert edits.levenshtein([], [7, 8]) == 2 and edits.levenshtein([7], []) == 1
+    assert edits.normalised_distance([1, 2, 3, 4], [2, 3, 4, 5]) == 0.5 and edits.normalised_distance([], []) == 0.0
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        a, b = rng.integers(0, 3, rng.integers(0, 9)), rng.integers(0, 3, rng.integers(0, 9))
+        assert edits.levenshtein(a, b) == _levenshtein_reference(list(a), list(b)), (a, b)
+        assert edits.levenshtein(a, b) == edits.levenshtein(b, a)
+
+
+def test_substitute_exactly_lands_at_the_asked_distance():
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(0, 5, 40).astype(np.int32)
+    for count in (0, 1, 17, 40):
+        e = edits.substitute_exactly(tokens, count, rng, vocab_size=5)
+        assert int((e.tokens != tokens).sum()) == count >= edits.levenshtein(tokens, e.tokens)
+        np.testing.assert_array_equal(e.origin >= 0, e.tokens == tokens)
+        wide = edits.substitute_exactly(TOKENS[:40], count, rng, vocab_size=2 ** 20)  # no shift aligns better
+        assert edits.levenshtein(TOKENS[:40], wide.tokens) == count
+    with pytest.raises(ValueError, match="count"):
+        edits.substitute_exactly(tokens, 41, rng, vocab_size=5)

@@ -130,3 +130,82 @@ def test_edit_texts_keeps_the_prompt_and_carries_sources():
         robustness.edit_texts(texts, "insert", 1.0, seed=[0], width=9, vocab_size=30)
     with pytest.raises(ValueError, match="--edits"):
         robustness.RobustnessSettings(edits=("substitute", "substitute"))
+
+
+def _round_trip_pair():
+    """The toy pair with a tokenizer whose decode → encode round trip is exact (space-separated ids), as a
+    real tokenizer's nearly is; other text (the human answers) is encoded as the toy pair does."""
+    import dataclasses
+
+    from wmspec_jax.lab import pairs
+
+    toy = pairs.load_pair("toy", "toy")
+
+    def encode(text):
+        words = text.split()
+        return [int(w) for w in words] if words and all(w.isdigit() for w in words) else toy.encode_text(text)
+
+    return dataclasses.replace(toy, encode_text=encode, decode=lambda ids: " ".join(str(int(i)) for i in ids))
+
+
+def test_paraphrase_cells_with_stub_paraphrasers(run):
+    from wmspec_jax.lab import paraphrase, paraphrase_robustness as pr
+
+    out, _ = run
+    reverse = lambda texts: [" ".join(t.split()[::-1]) for t in texts]  # noqa: E731
+    with experiment.Session(SMALL, out, pair=_round_trip_pair()) as session:
+        same = pr.run_paraphrase(session, paraphraser=paraphrase.identity_paraphraser, decoders=("gumbel",))
+        changed = pr.run_paraphrase(session, paraphraser=reverse, decoders=("gumbel",))
+    for name in ("paraphrase.json", "paraphrase.csv", "paraphrase.md", pr.STORE):
+        assert os.path.getsize(os.path.join(out, name)) > 0, name
+    for method in ("alg1", "basic"):
+        unedited = same["cells"][f"gumbel/{method}/unedited"]
+        assert unedited["key-only"]["tpr"][0] > 0.5  # something to lose
+        for cond in ("identity", "paraphrase", "substitution"):  # identity: 0 edits, 0 substitutions
+            cell = same["cells"][f"gumbel/{method}/{cond}"]
+            assert cell["measures"]["normalised"] == 0 and cell["measures"]["context_kept"] == 1
+            assert all(cell[k] == unedited[k] for k in pr.KINDS), (method, cond)
+        rev, sub = (changed["cells"][f"gumbel/{method}/{c}"] for c in ("paraphrase", "substitution"))
+        assert rev["measures"]["normalised"] > 0.5 and rev["measures"]["context_kept"] < 0.2
+        assert abs(sub["measures"]["normalised"] - rev["measures"]["normalised"]) < 0.1  # matched distance
+        for kind in pr.KINDS:
+            assert rev[kind]["tpr"][0] < unedited[kind]["tpr"][0] and rev[kind]["median_p"] > unedited[kind]["median_p"]
+    assert "| Gumbel-max | Alg. 1 | paraphrase |" in open(os.path.join(out, "paraphrase.md")).read()
+
+
+def test_the_model_paraphraser_samples_without_a_watermark_and_repeats_itself():
+    from wmspec_jax.lab import paraphrase
+
+    pair = _round_trip_pair()
+    ps = paraphrase.ParaphraseSettings(max_new_tokens=6, batch_size=2, max_prompt_tokens=256)
+    rewrite = paraphrase.model_paraphraser(pair, ps)
+    texts = ["1 2 3 4", "5 6 7", "1 2 3 4"]
+    out = rewrite(texts)
+    assert len(out) == 3 and all(len(t.split()) == 6 for t in out)
+    assert out[0] == out[2] and rewrite(texts[:1]) == out[:1]  # keyed by the text, not its row or batch
+    assert "T = 0.7" in paraphrase.describe(rewrite)
+
+
+def test_field_metrics_on_the_toy_pair(run):
+    from wmspec_jax.lab import field_metrics as fm
+
+    out, _ = run
+    with experiment.Session(SMALL, out) as session:
+        res = fm.run_field_metrics(session, fm.FieldSettings(null_keys=30, lengths=(8, 20)))
+    for name in ("field_metrics.json", "field_metrics.csv", "field_metrics.md", "field_metrics.png"):
+        assert os.path.getsize(os.path.join(out, name)) > 0, name
+    assert set(res["cells"]) == {f"{d}/{m}" for d in ("gumbel", "synthid") for m in ("alg1", "basic")}
+    for cell in res["cells"].values():
+        assert cell["path_check_max_error"] < 1e-3  # the running p-value at the end is the detector's
+        assert len(cell["tokens_to_detect"]) == SMALL.num_detection_texts - SMALL.num_detection_train
+        for alpha, curve in cell["curves"].items():
+            assert [r["tokens"] for r in curve] == [8, 20] and curve[0]["null_scores"] == 30 * 7
+            assert all(r["null_fpr"]["lower"] <= float(alpha) for r in curve)  # exact p-values stay calibrated
+    gumbel = res["cells"]["gumbel/alg1"]
+    assert gumbel["size"]["never_share"] == 0 and gumbel["curves"]["0.01"][-1]["tpr"]["value"] == 1.0
+    assert secret_free(out)
+
+
+def secret_free(out: str) -> bool:
+    return all(SECRET not in open(os.path.join(out, f), errors="replace").read()
+               for f in ("field_metrics.json", "paraphrase.json", "paraphrases.jsonl") if os.path.exists(os.path.join(out, f)))

@@ -187,4 +187,48 @@ def intact(origin, width: int, prefix: int = 0) -> np.ndarray:
     return ok[prefix:]
 
 
-__all__ = ["DEFAULT_SPAN", "EDITS", "Edited", "apply", "delete", "insert", "intact", "mix", "reorder", "substitute"]
+def levenshtein(a, b) -> int:
+    """Token-level Levenshtein distance: the fewest insertions, deletions and substitutions turning ``a``
+    into ``b`` (1-D integer sequences). One numpy pass per row of the dynamic programme: the row's
+    insertion chain is a running minimum of ``t[k] - k`` plus ``j``."""
+    a = np.asarray(a, np.int64).ravel()
+    b = np.asarray(b, np.int64).ravel()
+    if a.size == 0 or b.size == 0:
+        return int(max(a.size, b.size))
+    cols = np.arange(b.size + 1, dtype=np.int64)
+    row = cols.copy()
+    for i in range(1, a.size + 1):
+        t = np.empty_like(row)
+        t[0] = i
+        t[1:] = np.minimum(row[1:] + 1, row[:-1] + (b != a[i - 1]))
+        row = cols + np.minimum.accumulate(t - cols)
+    return int(row[-1])
+
+
+def normalised_distance(a, b) -> float:
+    """:func:`levenshtein` / max(len(a), len(b)) in [0, 1] (0 for two empty sequences)."""
+    longest = max(np.size(a), np.size(b))
+    return levenshtein(a, b) / longest if longest else 0.0
+
+
+def substitute_exactly(tokens, count: int, rng: np.random.Generator, vocab_size: int) -> Edited:
+    """``count`` distinct positions (uniformly chosen) replaced by tokens other than the one there: the edited
+    text differs from the original in exactly ``count`` places (``count`` ≤ its length), so its Levenshtein
+    distance is at most ``count`` — equal unless shifting part of the text aligns it better, which a large
+    vocabulary makes rare."""
+    tokens, _ = _check(tokens, 0.0)
+    count = int(count)
+    if not 0 <= count <= tokens.size:
+        raise ValueError(f"count must lie in [0, {tokens.size}], got {count}")
+    if vocab_size is None or int(vocab_size) < 2:
+        raise ValueError(f"vocab_size must be an int >= 2, got {vocab_size!r}")
+    hit = np.zeros(tokens.size, bool)
+    hit[rng.choice(tokens.size, size=count, replace=False)] = True
+    out = tokens.copy()
+    shift = rng.integers(1, int(vocab_size), size=count)  # never 0: another token
+    out[hit] = ((tokens[hit].astype(np.int64) + shift) % int(vocab_size)).astype(np.int32)
+    return Edited(out, np.where(hit, -1, np.arange(tokens.size)).astype(np.int32))
+
+
+__all__ = ["DEFAULT_SPAN", "EDITS", "Edited", "apply", "delete", "insert", "intact", "levenshtein", "mix",
+           "normalised_distance", "reorder", "substitute", "substitute_exactly"]

@@ -137,6 +137,12 @@ def _checkpoint_pair(target, draft, name: str, mesh=None) -> ModelPair:
     )
 
 
+def single_model_pair(checkpoint, name: str, mesh=None) -> ModelPair:
+    """One loaded checkpoint (:func:`wmspec_jax.models.hf.load_checkpoint`) as a pair whose draft is
+    itself: for a model used alone (plain sampling, e.g. a paraphraser), loaded once."""
+    return _checkpoint_pair(checkpoint, checkpoint, name=name, mesh=mesh)
+
+
 def _placed(checkpoint, mesh):
     """A checkpoint's params in the tensor-parallel layout on ``mesh`` (as loaded when ``mesh`` is None).
 
