@@ -8,7 +8,7 @@ import pytest
 from wmspec_jax.detect import pvalues
 from wmspec_jax.detect.common import TokenTerms
 from wmspec_jax.lab import field_metrics as fm
-from wmspec_jax.lab import paraphrase, paraphrase_robustness
+from wmspec_jax.lab import detection_rows, paraphrase, paraphrase_robustness
 
 
 def test_tokens_to_detect_is_the_first_crossing():
@@ -59,15 +59,16 @@ def _rows(generated, start=3, width=12):
     tokens[:, :start] = [7, 8, 9]
     for r, g in enumerate(generated):
         tokens[r, start:start + len(g)] = g
-    return {"tokens": tokens, "starts": np.full(len(generated), start), "indices": np.arange(len(generated)),
-            "lengths": np.array([start + len(g) for g in generated]), "source": np.zeros_like(tokens, np.int8),
-            "candidate": np.zeros_like(tokens, np.int8), "keys": None}
+    return detection_rows.TextRows(tokens, lengths=np.array([start + len(g) for g in generated]),
+                                   starts=np.full(len(generated), start), source=np.zeros_like(tokens, np.int8),
+                                   candidate=np.zeros_like(tokens, np.int8), keys=None,
+                                   indices=np.arange(len(generated)))
 
 
 def test_what_a_rewrite_keeps():
     original = _rows([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6]])
     rewritten = paraphrase.rewrite_texts(original, [[1, 2, 3, 4, 5, 6], [6, 5, 4, 3, 2, 1, 0]])
-    assert (rewritten["source"] == -1).all() and list(rewritten["lengths"]) == [9, 10]
+    assert (rewritten.source == -1).all() and list(rewritten.lengths) == [9, 10]
     m = paraphrase.rewrite_measures(original, rewritten)
     assert m["distance"] == [0, 6] and m["identical"] == [True, False]
     assert m["normalised"] == [0.0, 6 / 7] and m["length_ratio"] == [1.0, 7 / 6]
@@ -82,5 +83,5 @@ def test_what_a_rewrite_keeps():
 def test_answers_end_at_the_first_end_of_turn():
     rows = _rows([[1, 2, 99, 4], [99, 5, 6], [1, 2, 3]])
     cut = paraphrase_robustness.answers(rows, eos_id=99)
-    assert list(cut["lengths"] - cut["starts"]) == [2, 1, 3]  # never empty
-    assert list(paraphrase_robustness.answers(rows, None)["lengths"]) == list(rows["lengths"])
+    assert list(cut.lengths - cut.starts) == [2, 1, 3]  # never empty
+    assert list(paraphrase_robustness.answers(rows, None).lengths) == list(rows.lengths)

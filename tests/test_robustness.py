@@ -137,7 +137,7 @@ def _round_trip_pair():
     real tokenizer's nearly is; other text (the human answers) is encoded as the toy pair does."""
     import dataclasses
 
-    from wmspec_jax.lab import pairs
+    from wmspec_jax.models import pairs
 
     toy = pairs.load_pair("toy", "toy")
 

@@ -37,6 +37,7 @@ from wmspec_jax.decoders import WatermarkDecoder
 from wmspec_jax.detect import metrics, pvalues
 from wmspec_jax.detect.common import TokenTerms
 from wmspec_jax.lab import detection_rows, evaluation
+from wmspec_jax.lab.detection_rows import TextRows
 from wmspec_jax.lab.detection_experiment import DETECTORS_DIR, detection_texts
 from wmspec_jax.lab.harness import Session, log
 from wmspec_jax.lab.plots import _pyplot
@@ -156,15 +157,15 @@ def null_keys(secret, run_name: str, indices, count: int, first: int = 0) -> lis
             for j in range(first, first + count)]
 
 
-def null_running(decoder: str, texts: dict, detector, secret, run_name: str, count: int, *, vocab_size: int,
+def null_running(decoder: str, texts: TextRows, detector, secret, run_name: str, count: int, *, vocab_size: int,
                  num_layers: int) -> np.ndarray:
     """Running log p-values of the texts under ``count`` other keys each: float64[count · B, N]."""
     dec = WatermarkDecoder.from_name(decoder, num_layers)
     out = []
-    for k in null_keys(secret, run_name, texts["indices"], count):
-        stats = detect.statistics(dec, texts["tokens"], k, vocab_size=vocab_size, lengths=texts["lengths"],
-                                  starts=texts["starts"])
-        out.append(running_log_pvalues(detector.token_terms(stats, source=texts["source"])))
+    for k in null_keys(secret, run_name, texts.indices, count):
+        stats = detect.statistics(dec, texts.tokens, k, vocab_size=vocab_size, lengths=texts.lengths,
+                                  starts=texts.starts)
+        out.append(running_log_pvalues(detector.token_terms(stats, source=texts.source)))
     return np.concatenate(out)
 
 
@@ -182,9 +183,9 @@ def _token_nll(target, params, tokens):
     return jnp.concatenate([jnp.zeros_like(nll[:, :1]), nll], axis=1)
 
 
-def token_nll(pair, texts: dict, batch_size: int = 8) -> np.ndarray:
+def token_nll(pair, texts: TextRows, batch_size: int = 8) -> np.ndarray:
     """float64[B, L]: −log P(w_t | w_<t) under the target at temperature 1 (0 at t = 0); LOGPPL's terms."""
-    tok = np.asarray(texts["tokens"], np.int32)
+    tok = np.asarray(texts.tokens, np.int32)
     out = []
     for lo in range(0, tok.shape[0], batch_size):
         chunk = np.zeros((batch_size, tok.shape[1]), np.int32)
@@ -194,9 +195,9 @@ def token_nll(pair, texts: dict, batch_size: int = 8) -> np.ndarray:
     return np.concatenate(out).astype(np.float64)
 
 
-def logppl(nll: np.ndarray, texts: dict, length=None) -> np.ndarray:
+def logppl(nll: np.ndarray, texts: TextRows, length=None) -> np.ndarray:
     """float64[B]: mean NLL of each text's generated tokens (its first ``length`` of them when given)."""
-    starts, lengths = np.asarray(texts["starts"]), np.asarray(texts["lengths"])
+    starts, lengths = np.asarray(texts.starts), np.asarray(texts.lengths)
     ends = lengths if length is None else np.minimum(lengths, starts + int(length))
     pos = np.arange(nll.shape[1])[None]
     inside = (pos >= starts[:, None]) & (pos < ends[:, None])
@@ -256,23 +257,23 @@ def run_field_metrics(harness: Session, fs: FieldSettings = FieldSettings()) -> 
     for dec in (GUMBEL, SYNTHID):
         sets = _sets(harness, dec)
         m = WatermarkDecoder.from_name(dec, s.synthid_layers).num_layers
-        provenance = detect.streams.statistics_provenance(sets["train"]["keys"], dec, m, prf.DEFAULT_CONTEXT_WIDTH)
+        provenance = detect.streams.statistics_provenance(sets["train"].keys, dec, m, prf.DEFAULT_CONTEXT_WIDTH)
         detectors = evaluation.load_set(dec, os.path.join(harness.output_dir, DETECTORS_DIR), provenance, EXTRA[dec])
         unmarked_run, unmarked = sets["none"]
         nll_none = token_nll(pair, unmarked)
         for method in ("alg1", "basic"):
             run, texts = sets[method]
             detector = detectors[DETECTORS[dec, method]]
-            log(f"field metrics: {dec}/{method}: running p-values of {len(texts['indices'])} texts under "
+            log(f"field metrics: {dec}/{method}: running p-values of {len(texts)} texts under "
                 f"{fs.null_keys + 1} keys each")
-            stats = detect.statistics(WatermarkDecoder.from_name(dec, s.synthid_layers), texts["tokens"], texts["keys"],
-                                      vocab_size=pair.vocab_size, lengths=texts["lengths"], starts=texts["starts"])
-            positive = running_log_pvalues(detector.token_terms(stats, source=texts["source"]))
-            full = np.asarray(detector.score(stats, source=texts["source"]).log_pvalue, np.float64)
+            stats = detect.statistics(WatermarkDecoder.from_name(dec, s.synthid_layers), texts.tokens, texts.keys,
+                                      vocab_size=pair.vocab_size, lengths=texts.lengths, starts=texts.starts)
+            positive = running_log_pvalues(detector.token_terms(stats, source=texts.source))
+            full = np.asarray(detector.score(stats, source=texts.source).log_pvalue, np.float64)
             null = null_running(dec, texts, detector, s.secret, run.name, fs.null_keys, vocab_size=pair.vocab_size,
                                 num_layers=s.synthid_layers)
             cell = method_metrics(positive, null, fs)
-            ends = np.asarray(texts["lengths"] - texts["starts"]) - 1
+            ends = np.asarray(texts.lengths - texts.starts) - 1
             cell["path_check_max_error"] = float(np.max(np.abs(positive[np.arange(len(ends)), ends] - full)))
             nll = token_nll(pair, texts)
             cell["quality"] = {"full": compare_quality(logppl(nll, texts), logppl(nll_none, unmarked))}

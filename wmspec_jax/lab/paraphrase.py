@@ -2,7 +2,7 @@
 
 A *paraphraser* is any function ``texts -> texts`` (a list of strings in, one rewrite per string out),
 so a caller can plug in anything that rewrites text: a model of their own, a service, a rule. The
-default, :func:`model_paraphraser`, asks a language model of a :class:`wmspec_jax.lab.pairs.ModelPair`
+default, :func:`model_paraphraser`, asks a language model of a :class:`wmspec_jax.models.pairs.ModelPair`
 to rewrite each text: the text inside :data:`PROMPT`, through the pair's chat template, answered by
 plain sampling from its target (no watermark, no draft) at a stated temperature (0: greedy), up to an
 end-of-turn token or ``max_new_tokens``. Its randomness is keyed by the text itself (a CRC-32 of its
@@ -27,7 +27,9 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from wmspec_jax import batching, keys, prf, sampling, speculative
-from wmspec_jax.lab import edits, pairs
+from wmspec_jax.lab import edits
+from wmspec_jax.lab.detection_rows import TextRows
+from wmspec_jax.models import pairs
 
 Paraphraser = Callable[[Sequence[str]], list]
 
@@ -117,13 +119,13 @@ def load_paraphraser_pair(path: str, dtype: str = "float32") -> pairs.ModelPair:
     return pairs.single_model_pair(ckpt, name=ckpt.name)
 
 
-def rewrite_texts(texts: dict, rewrites: Sequence[Sequence[int]]) -> dict:
-    """Detection rows (:func:`wmspec_jax.lab.detection_rows.texts_from_records`) with each row's generated
+def rewrite_texts(texts: TextRows, rewrites: Sequence[Sequence[int]]) -> TextRows:
+    """:class:`~wmspec_jax.lab.detection_rows.TextRows` with each row's generated
     tokens replaced by ``rewrites[row]`` (token ids); the prompt stays, sources become −1 (unknown)."""
-    n = len(texts["indices"])
+    n = len(texts)
     if len(rewrites) != n:
         raise ValueError(f"{len(rewrites)} rewrites for {n} texts")
-    starts = np.asarray(texts["starts"])
+    starts = np.asarray(texts.starts)
     width = int(max(int(starts[r]) + max(len(rewrites[r]), 1) for r in range(n)))
     tokens = np.zeros((n, width), np.int32)
     source = np.full((n, width), -1, np.int8)
@@ -131,25 +133,23 @@ def rewrite_texts(texts: dict, rewrites: Sequence[Sequence[int]]) -> dict:
     for row in range(n):
         start = int(starts[row])
         new = np.asarray(rewrites[row], np.int32)
-        tokens[row, :start] = texts["tokens"][row, :start]
+        tokens[row, :start] = texts.tokens[row, :start]
         tokens[row, start:start + new.size] = new
         lengths[row] = max(start + new.size, 1)
-    out = {**texts, "tokens": tokens, "source": source, "lengths": lengths}
-    out["candidate"] = np.zeros((n, width), np.int8)
-    return out
+    return texts.replace(tokens=tokens, source=source, lengths=lengths, candidate=np.zeros((n, width), np.int8))
 
 
-def generated(texts: dict, row: int) -> np.ndarray:
+def generated(texts: TextRows, row: int) -> np.ndarray:
     """The generated token ids of one detection row."""
-    return np.asarray(texts["tokens"][row, int(texts["starts"][row]):int(texts["lengths"][row])])
+    return np.asarray(texts.tokens[row, int(texts.starts[row]):int(texts.lengths[row])])
 
 
-def context_kept(original: dict, rewritten: dict, row: int, context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> float:
+def context_kept(original: TextRows, rewritten: TextRows, row: int, context_width: int = prf.DEFAULT_CONTEXT_WIDTH) -> float:
     """Share of the rewrite's generated tokens whose (h predecessors, token) also occurs at a generated
     position of the original: their watermark statistic is the original token's."""
     def grams(texts):
-        start, end = int(texts["starts"][row]), int(texts["lengths"][row])
-        toks = texts["tokens"][row]
+        start, end = int(texts.starts[row]), int(texts.lengths[row])
+        toks = texts.tokens[row]
         return [tuple(int(x) for x in toks[max(t - context_width, 0):t + 1]) for t in range(start, end)]
 
     have = set(grams(original))
@@ -157,11 +157,11 @@ def context_kept(original: dict, rewritten: dict, row: int, context_width: int =
     return float(np.mean([g in have for g in mine])) if mine else 0.0
 
 
-def rewrite_measures(original: dict, rewritten: dict) -> dict:
+def rewrite_measures(original: TextRows, rewritten: TextRows) -> dict:
     """Per text, what the rewrite kept (module doc): lists ``distance`` (Levenshtein), ``normalised``
     (÷ the longer length), ``context_kept``, ``length_ratio`` (rewrite ÷ original) and ``identical``."""
     out = {"distance": [], "normalised": [], "context_kept": [], "length_ratio": [], "identical": []}
-    for row in range(len(original["indices"])):
+    for row in range(len(original)):
         a, b = generated(original, row), generated(rewritten, row)
         d = edits.levenshtein(a, b)
         out["distance"].append(d)
@@ -172,14 +172,14 @@ def rewrite_measures(original: dict, rewritten: dict) -> dict:
     return out
 
 
-def substitute_matched(original: dict, normalised: Sequence[float], *, seed: Sequence[int], vocab_size: int) -> dict:
+def substitute_matched(original: TextRows, normalised: Sequence[float], *, seed: Sequence[int], vocab_size: int) -> TextRows:
     """Each original answer with round(d · n) of its n generated tokens substituted (distinct positions,
     other tokens), d its rewrite's normalised distance: token edits at the paraphrase's edit distance."""
     rewrites = []
-    for row in range(len(original["indices"])):
+    for row in range(len(original)):
         a = generated(original, row)
         count = min(int(round(float(normalised[row]) * a.size)), a.size)
-        rng = np.random.default_rng(list(seed) + [int(original["indices"][row])])
+        rng = np.random.default_rng(list(seed) + [int(original.indices[row])])
         rewrites.append(edits.substitute_exactly(a, count, rng, vocab_size).tokens)
     return rewrite_texts(original, rewrites)
 

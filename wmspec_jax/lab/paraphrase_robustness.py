@@ -37,6 +37,7 @@ from wmspec_jax import detect, prf, storage
 from wmspec_jax.decoders import WatermarkDecoder
 from wmspec_jax.detect import metrics
 from wmspec_jax.lab import detection_rows, evaluation, model_scores
+from wmspec_jax.lab.detection_rows import TextRows
 from wmspec_jax.lab import paraphrase as para
 from wmspec_jax.lab.detection_experiment import DETECTORS_DIR, detection_texts
 from wmspec_jax.lab.harness import Session, log
@@ -55,61 +56,58 @@ KEY_ONLY = {(GUMBEL, "alg1"): "Ars-tau", (GUMBEL, "basic"): "single (target stre
 watermark's own (the target stream)."""
 
 
-def answers(texts: dict, eos_id: Optional[int]) -> dict:
+def answers(texts: TextRows, eos_id: Optional[int]) -> TextRows:
     """Detection rows cut after their first generated ``eos_id`` (exclusive; at least one token kept)."""
-    out = dict(texts)
-    lengths = np.asarray(texts["lengths"]).copy()
+    lengths = np.asarray(texts.lengths).copy()
     if eos_id is not None:
         for row in range(lengths.size):
             gen = para.generated(texts, row)
             hit = np.flatnonzero(gen == eos_id)
             if hit.size:
-                lengths[row] = int(texts["starts"][row]) + max(int(hit[0]), 1)
-    out["lengths"] = lengths.astype(np.int32)
-    return out
+                lengths[row] = int(texts.starts[row]) + max(int(hit[0]), 1)
+    return texts.replace(lengths=lengths.astype(np.int32))
 
 
-def rewrite_set(store: storage.JsonlStore, paraphraser: para.Paraphraser, name: str, run_name: str, texts: dict,
+def rewrite_set(store: storage.JsonlStore, paraphraser: para.Paraphraser, name: str, run_name: str, texts: TextRows,
                 pair) -> list:
     """Token ids of each text's rewrite, from ``store`` or made now (module doc)."""
     description = para.describe(paraphraser, name)
-    ids = [f"{name}/{run_name}/{int(i)}" for i in texts["indices"]]
+    ids = [f"{name}/{run_name}/{int(i)}" for i in texts.indices]
     todo = [r for r, k in enumerate(ids) if store.records.get(k, {}).get("paraphraser") != description]
     if todo:
         log(f"paraphrase: {name} rewriting {len(todo)} texts of {run_name}")
         new = list(paraphraser([pair.decode(para.generated(texts, r)) for r in todo]))
         if len(new) != len(todo):
             raise ValueError(f"the paraphraser returned {len(new)} texts for {len(todo)}")
-        store.add([{"id": ids[r], "paraphraser": description, "run": run_name, "index": int(texts["indices"][r]),
+        store.add([{"id": ids[r], "paraphraser": description, "run": run_name, "index": int(texts.indices[r]),
                     "text": t, "tokens": [int(x) for x in pair.encode_text(t)]} for r, t in zip(todo, new)])
     return [store.records[k]["tokens"] or [pair.pad_id] for k in ids]
 
 
-def fit_width(texts: dict, width: int) -> dict:
+def fit_width(texts: TextRows, width: int) -> TextRows:
     """Rows padded (or cut) to ``width`` positions, so every condition shares one compiled forward pass."""
-    out = dict(texts)
+    out = {}
     for name, fill in (("tokens", 0), ("source", -1), ("candidate", 0)):
-        x = np.asarray(texts[name])[:, :width]
+        x = np.asarray(getattr(texts, name))[:, :width]
         pad = np.full((x.shape[0], width), fill, x.dtype)
         pad[:, :x.shape[1]] = x
         out[name] = pad
-    out["lengths"] = np.minimum(np.asarray(texts["lengths"]), width).astype(np.int32)
-    return out
+    return texts.replace(**out, lengths=np.minimum(np.asarray(texts.lengths), width).astype(np.int32))
 
 
-def _pvalues(dec: str, run, texts: dict, detector, pair, settings, min_window: int) -> dict:
+def _pvalues(dec: str, run, texts: TextRows, detector, pair, settings, min_window: int) -> dict:
     """p-values of every text under the three kinds of scores (module doc)."""
-    stats = detect.statistics(WatermarkDecoder.from_name(dec, settings.synthid_layers), texts["tokens"],
-                              texts["keys"], vocab_size=pair.vocab_size, lengths=texts["lengths"],
-                              starts=texts["starts"])
+    stats = detect.statistics(WatermarkDecoder.from_name(dec, settings.synthid_layers), texts.tokens,
+                              texts.keys, vocab_size=pair.vocab_size, lengths=texts.lengths,
+                              starts=texts.starts)
     speculative = run.method != "basic"
-    probs = model_scores.token_probs(pair, texts["tokens"], lengths=texts["lengths"], starts=texts["starts"],
+    probs = model_scores.token_probs(pair, texts.tokens, lengths=texts.lengths, starts=texts.starts,
                                      temperature=run.temperature, top_k=settings.top_k,
                                      lookahead=run.lookahead if speculative else None, with_draft=speculative)
     assisted = detect.score_model_assisted(stats, probs, method=run.method,
                                            lookahead=run.lookahead if speculative else None)
-    windows = detect.windows.score_windows(detector, stats, source=texts["source"], min_window=min_window)
-    return {"key-only": detector.score(stats, source=texts["source"]).pvalue, "windowed": windows.pvalue,
+    windows = detect.windows.score_windows(detector, stats, source=texts.source, min_window=min_window)
+    return {"key-only": detector.score(stats, source=texts.source).pvalue, "windowed": windows.pvalue,
             "model-assisted": assisted.pvalue}
 
 
@@ -125,7 +123,7 @@ def _measures_summary(m: dict) -> dict:
     return {k: float(np.mean(v)) for k, v in m.items()} | {"normalised_median": float(np.median(m["normalised"]))}
 
 
-def conditions_of(harness: Session, dec: str, set_name: str, run, texts: dict, paraphraser, store) -> tuple:
+def conditions_of(harness: Session, dec: str, set_name: str, run, texts: TextRows, paraphraser, store) -> tuple:
     """(condition -> detection rows, condition -> what it kept) of one (decoder, method) (module doc)."""
     pair, s = harness.pair, harness.settings
     base = answers(texts, pair.eos_id)
@@ -163,7 +161,7 @@ def run_paraphrase(harness: Session, ps: para.ParaphraseSettings = para.Paraphra
                 "basic": (brun, detection_rows.texts_from_records(btest, harness.prompts, harness.keys_for(
                     brun, [r["index"] for r in btest])))}
         provenance = detect.streams.statistics_provenance(
-            t["ptr"]["keys"], dec, WatermarkDecoder.from_name(dec, s.synthid_layers).num_layers,
+            t["ptr"].keys, dec, WatermarkDecoder.from_name(dec, s.synthid_layers).num_layers,
             prf.DEFAULT_CONTEXT_WIDTH)
         detectors = evaluation.load_set(dec, os.path.join(harness.output_dir, DETECTORS_DIR), provenance, EXTRA[dec])
         for set_name, (run, texts) in sets.items():
@@ -171,7 +169,7 @@ def run_paraphrase(harness: Session, ps: para.ParaphraseSettings = para.Paraphra
             for cond in CONDITIONS:
                 log(f"paraphrase: scoring {dec}/{set_name}/{cond}")
                 fitted = fit_width(conds[cond], width)
-                measures[cond]["cut"] = list(np.asarray(conds[cond]["lengths"]) > width)
+                measures[cond]["cut"] = list(np.asarray(conds[cond].lengths) > width)
                 pv = _pvalues(dec, run, fitted, detectors[KEY_ONLY[dec, set_name]], pair, s, ps.min_window)
                 summary["cells"][f"{dec}/{set_name}/{cond}"] = {
                     "decoder": dec, "method": set_name, "condition": cond, "run": run.name,
@@ -190,7 +188,7 @@ def run_paraphrase(harness: Session, ps: para.ParaphraseSettings = para.Paraphra
 def _examples(conds: dict, pair, count: int = 2, chars: int = 300) -> list:
     return [{"original": pair.decode(para.generated(conds["unedited"], r))[:chars],
              "paraphrase": pair.decode(para.generated(conds["paraphrase"], r))[:chars]}
-            for r in range(min(count, len(conds["unedited"]["indices"])))]
+            for r in range(min(count, len(conds["unedited"])))]
 
 
 def csv_rows(summary: dict) -> list:
