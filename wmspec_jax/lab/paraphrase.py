@@ -95,7 +95,8 @@ def model_paraphraser(pair: pairs.ModelPair, ps: ParaphraseSettings = Paraphrase
         return out
 
     paraphrase.description = (f"{pair.name}, plain sampling at T = {ps.temperature:g} "
-                               f"(max {ps.max_new_tokens} new tokens)")
+                               f"(max {ps.max_new_tokens} new tokens)"
+                               + ("" if ps.template == PROMPT else f", prompt {zlib.crc32(ps.template.encode()):08x}"))
     return paraphrase
 
 
