@@ -223,6 +223,16 @@ def test_detection_outputs_are_complete(pipeline_outputs):
     assert {t["drafts"] for t in table} == {"1"} and "multi_draft" not in det["gumbel"]
     for name in ("tpr_vs_length.png", "roc.png"):
         assert os.path.getsize(os.path.join(out, name)) > 10_000
+    # the model-assisted row: calibrated, at every length, FPR on both sets of negatives
+    for dec in ("gumbel", "synthid"):
+        row = det[dec]["model_assisted"]
+        assert row["lengths"] == det[dec]["lengths"] and len(row["tpr"]) == len(row["lengths"])
+        assert all(0 <= e["lower"] <= e["value"] <= e["upper"] <= 1 for e in row["tpr"])
+        assert set(row["fpr"]) == {"model", "human"} and row["fpr_length"] == det[dec]["roc_length"]
+        assert row["fpr"]["model"]["negatives"] == SMALL.num_detection_texts - SMALL.num_detection_train
+        csv_rows = [t for t in table if t["decoder"] == dec and t["detector"] == "model-assisted"]
+        assert [float(t["tpr"]) for t in csv_rows] == pytest.approx([e["value"] for e in row["tpr"]])
+    assert "model-assisted (the pair's probabilities" in lab.detection_markdown(det)
     # the fitted detectors are saved, key-free, with the experiment's key fingerprint
     saved = sorted(os.listdir(os.path.join(out, "detectors")))
     assert saved == sorted(["gumbel-ars-tau.npz", "gumbel-ars-prior.npz", "gumbel-soft.npz", "synthid-bayes-prior.npz",

@@ -14,6 +14,9 @@ module                              idea
 :mod:`.detection_experiment`        Figs. 2 and 5: :func:`run_detection` (saves the fitted detectors)
 :mod:`.detection_rows`              the protocol's inputs: prompt + text rows, the train / test split
 :mod:`.robustness`                  edits 0-50 %: :func:`run_robustness` and its figures
+:mod:`.paraphrase`                  paraphrasers (texts -> texts; the pair's target by default) and what a rewrite kept
+:mod:`.paraphrase_robustness`       rewrites by a language model scored key-only, windowed and model-assisted
+:mod:`.field_metrics`               the figures other benchmarks report: tokens to detect, low-FPR TPR, quality
 :mod:`.tradeoff_experiment`         Fig. 1: :func:`~.tradeoff_experiment.run_tradeoff` (curves, points, cache, figure)
 :mod:`.decoder_comparison`          every decoder under every method: :func:`~.decoder_comparison.run_comparison`
 :mod:`.distill_data`                the built-in drafts' training samples (the target's continuations)
@@ -22,6 +25,7 @@ module                              idea
 :mod:`.corpora`                     human corpora that repeat themselves (form letters, code, tables, ...)
 :mod:`.key_sweep`                   a corpus scored under many keys at the cost of its distinct windows
 :mod:`.model_scores`                a pair's per-token probabilities of texts (model-assisted detection)
+:mod:`.model_assisted_rows`         the detection experiment's model-assisted row (calibrated, exact p-values)
 :mod:`.tables`, :mod:`.plots`       CSV / markdown tables and figures
 ==================================  =====================================================================
 
@@ -35,7 +39,7 @@ from wmspec_jax._lazy import attach
 
 SUBMODULES = (
     "corpora", "data", "decoder_comparison", "detection_experiment", "detection_rows", "distill", "distill_data", "distill_features", "edits",
-    "evaluation", "harness", "key_sweep", "model_scores", "plots", "robustness", "runs", "settings", "speed", "tables",
+    "evaluation", "field_metrics", "harness", "key_sweep", "model_assisted_rows", "model_scores", "paraphrase", "paraphrase_robustness", "plots", "robustness", "runs", "settings", "speed", "tables",
     "tradeoff_experiment",
 )
 _NAMES = {

@@ -1,6 +1,10 @@
 """Fig. 2 (TPR at 1 % FPR vs length) and Fig. 5 (ROC) for Alg. 1 with each decoder
 (``experiments/detection.py``; protocol in :mod:`wmspec_jax.lab.evaluation`).
 
+Beside the key-only detectors each decoder's result holds a model-assisted row
+(:mod:`wmspec_jax.lab.model_assisted_rows`: the pair's probabilities weigh each
+token; calibrated, exact p-values).
+
 Outputs under the experiment's output directory: ``detection.json`` / ``.csv``,
 ``tpr_vs_length.png``, ``roc.png`` and the fitted detectors
 ``detectors/*.npz`` (key-free, with their provenance), which
@@ -15,7 +19,7 @@ import os
 import jax
 
 from wmspec_jax import detect, prf, storage
-from wmspec_jax.lab import detection_rows, evaluation, runs
+from wmspec_jax.lab import detection_rows, evaluation, model_assisted_rows, runs
 from wmspec_jax.lab.plots import plot_detection
 from wmspec_jax.lab.harness import Session, log
 from wmspec_jax.lab.settings import GUMBEL, SYNTHID, Settings
@@ -98,6 +102,9 @@ def run_detection(harness: Session) -> dict:
         for shape, part in t["multi"].items():
             res["multi_draft"][shape]["run"] = part.run
         res.update(positives=pos_run.name, negatives_run=neg_run.name, temperature=pos_run.temperature)
+        log(f"detection: {dec} model-assisted (the pair's probabilities of every test text)")
+        res["model_assisted"] = model_assisted_rows.model_assisted_row(pair, dec, t, pos_run, res,
+                                                                       num_layers=s.synthid_layers, top_k=s.top_k)
         out[dec] = res
     storage.atomic_write_json(os.path.join(harness.output_dir, "detection.json"), out)
     rows = []
@@ -107,6 +114,10 @@ def run_detection(harness: Session) -> dict:
                 for length, est in zip(res["lengths"], curve):
                     rows.append({"decoder": dec, "drafts": drafts, "detector": name, "tokens": length,
                                  "tpr": est["value"], "tpr_lower": est["lower"], "tpr_upper": est["upper"]})
+        assisted = out[dec]["model_assisted"]
+        rows += [{"decoder": dec, "drafts": "1", "detector": assisted["label"], "tokens": length, "tpr": est["value"],
+                  "tpr_lower": est["lower"], "tpr_upper": est["upper"]}
+                 for length, est in zip(assisted["lengths"], assisted["tpr"])]
     write_csv(os.path.join(harness.output_dir, "detection.csv"), rows)
     plot_detection(out, os.path.join(harness.output_dir, "tpr_vs_length.png"),
                    os.path.join(harness.output_dir, "roc.png"))

@@ -52,6 +52,13 @@ def detection_markdown(out: dict) -> str:
             rates = [f"{f[name]['flagged']}/{f[name]['negatives']}" for f in fpr.values()]
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {res['roc'][name]['auc']:.3f} | "
                          + " | ".join(rates) + " |")
+        assisted = res.get("model_assisted")
+        if assisted:
+            cells = [f"{e['value']:.2f} [{e['lower']:.2f}, {e['upper']:.2f}]" for e in assisted["tpr"]]
+            rates = [f"{assisted['fpr'][k]['flagged']}/{assisted['fpr'][k]['negatives']}" if k in assisted["fpr"]
+                     else "-" for k in fpr]
+            lines.append(f"| {assisted['label']} (the pair's probabilities; p <= 0.01) | " + " | ".join(cells)
+                         + " | - | " + " | ".join(rates) + " |")
         blocks.append("\n".join(lines))
         for drafts, multi in res.get("multi_draft", {}).items():
             blocks.append(_multi_draft_markdown(head, drafts, multi))
