@@ -43,12 +43,12 @@ def main(argv):
                                          matched_tpr=f.matched_tpr)
     except ValueError as e:
         raise app.UsageError(str(e)) from None
-    with experiment.Session(settings, f.output_dir, parts=("detection",)) as session:
-        if robustness.saved_detection(session) is None:
-            run_detection(session)
+    with experiment.Session(settings, f.output_dir, parts=("detection",)) as harness:
+        if robustness.saved_detection(harness) is None:
+            run_detection(harness)
         else:
             experiment.log("field metrics: reusing detection.json and the detectors it saved (same settings)")
-        out = field_metrics.run_field_metrics(session, fs)
+        out = field_metrics.run_field_metrics(harness, fs)
     print(field_metrics.field_markdown(out))
 
 

@@ -59,11 +59,11 @@ def main(argv):
         raise app.UsageError(str(e)) from None
     if f.paraphraser and not os.path.isdir(f.paraphraser):
         raise app.UsageError(f"--paraphraser={f.paraphraser}: checkpoint directory not found")
-    with experiment.Session(settings, f.output_dir, parts=("detection",)) as session:
-        summary = robustness.run_robustness(session, rs)
+    with experiment.Session(settings, f.output_dir, parts=("detection",)) as harness:
+        summary = robustness.run_robustness(harness, rs)
         if f.paraphrase:
-            model = paraphrase.load_paraphraser_pair(f.paraphraser, settings.dtype) if f.paraphraser else session.pair
-            result = paraphrase_robustness.run_paraphrase(session, ps, paraphrase.model_paraphraser(model, ps))
+            model = paraphrase.load_paraphraser_pair(f.paraphraser, settings.dtype) if f.paraphraser else harness.pair
+            result = paraphrase_robustness.run_paraphrase(harness, ps, paraphrase.model_paraphraser(model, ps))
     print(robustness.robustness_markdown(summary))
     if f.paraphrase:
         print(paraphrase_robustness.paraphrase_markdown(result))

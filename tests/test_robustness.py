@@ -153,9 +153,9 @@ def test_paraphrase_cells_with_stub_paraphrasers(run):
 
     out, _ = run
     reverse = lambda texts: [" ".join(t.split()[::-1]) for t in texts]  # noqa: E731
-    with experiment.Session(SMALL, out, pair=_round_trip_pair()) as session:
-        same = pr.run_paraphrase(session, paraphraser=paraphrase.identity_paraphraser, decoders=("gumbel",))
-        changed = pr.run_paraphrase(session, paraphraser=reverse, decoders=("gumbel",))
+    with experiment.Session(SMALL, out, pair=_round_trip_pair()) as harness:
+        same = pr.run_paraphrase(harness, paraphraser=paraphrase.identity_paraphraser, decoders=("gumbel",))
+        changed = pr.run_paraphrase(harness, paraphraser=reverse, decoders=("gumbel",))
     for name in ("paraphrase.json", "paraphrase.csv", "paraphrase.md", pr.STORE):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     for method in ("alg1", "basic"):
@@ -190,8 +190,8 @@ def test_field_metrics_on_the_toy_pair(run):
     from wmspec_jax.lab import field_metrics as fm
 
     out, _ = run
-    with experiment.Session(SMALL, out) as session:
-        res = fm.run_field_metrics(session, fm.FieldSettings(null_keys=30, lengths=(8, 20)))
+    with experiment.Session(SMALL, out) as harness:
+        res = fm.run_field_metrics(harness, fm.FieldSettings(null_keys=30, lengths=(8, 20)))
     for name in ("field_metrics.json", "field_metrics.csv", "field_metrics.md", "field_metrics.png"):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     assert set(res["cells"]) == {f"{d}/{m}" for d in ("gumbel", "synthid") for m in ("alg1", "basic")}

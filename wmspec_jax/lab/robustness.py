@@ -239,9 +239,9 @@ def score_cell(decoder: str, detectors: dict, sets: dict, negatives: dict, *, vo
 # ---------------------------------------------------------------------------
 
 
-def _texts_of(session: Session, run: runs.RunSpec, records: list) -> TextRows:
-    return detection_rows.texts_from_records(records, session.prompts,
-                                         session.keys_for(run, [r["index"] for r in records]))
+def _texts_of(harness: Session, run: runs.RunSpec, records: list) -> TextRows:
+    return detection_rows.texts_from_records(records, harness.prompts,
+                                             harness.keys_for(run, [r["index"] for r in records]))
 
 
 def cell_id(decoder: str, kind: str, rate: float) -> str:
