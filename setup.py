@@ -48,6 +48,9 @@ setup(
             "pytest>=8",
             # the suite runs on both CPU cores (scripts/run_tests.sh: -n 2)
             "pytest-xdist>=3.5",
+            # a test that hangs fails after pytest.ini's limit with every thread's stack printed, instead
+            # of holding the run until the CI's own limit ends it without a word
+            "pytest-timeout>=2.3",
             # parity tests against transformers' PyTorch models (CPU wheel)
             "torch==2.13.0",
             # execute the colab/ notebooks headless in the test suite

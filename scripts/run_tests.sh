@@ -45,8 +45,10 @@ case " ${XLA_FLAGS:-} " in
 esac
 set +e
 # Two workers (the CI machine has 2 cores); each test file stays on one worker
-# so its module-scoped fixtures are built once.
-"$ROOT/.venv/bin/python" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile "$@"
+# so its module-scoped fixtures are built once. A worker that dies (a crash, or
+# a hung test ended by pytest.ini's timeout) fails its test and is replaced,
+# at most twice, so that a file that kills every worker ends the run.
+"$ROOT/.venv/bin/python" -m pytest -q -n "${PYTEST_WORKERS:-2}" --dist loadfile --max-worker-restart=2 "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

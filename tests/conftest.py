@@ -1,4 +1,4 @@
-"""Suite-wide collection order.
+"""Suite-wide collection order, and compiled programs freed after each test file.
 
 ``scripts/run_tests.sh`` runs two pytest-xdist workers with ``--dist loadfile``:
 each file goes whole to one worker, handed out in collection order. With the
@@ -11,7 +11,11 @@ only orders: a file missing from it runs after these, as before.
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
+
+import pytest
 
 # Longest first (seconds of each file on a 2-core x86 CPU, summed from
 # `bash scripts/run_tests.sh --durations=0`, 2026-11-28, before the elemental-emitter flag; the whole
@@ -47,3 +51,20 @@ LONGEST_FILES = (
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FILES)}
     items.sort(key=lambda item: rank.get(os.path.basename(str(item.path)), len(rank)))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drops JAX's compiled programs when a test file ends.
+
+    A worker runs dozens of files in one process, and every program XLA:CPU compiles stays loaded
+    while its jit cache holds it: about six memory mappings each, so a worker reached ~25,000
+    mappings halfway through the suite, against Linux's default limit of 65,530
+    (``vm.max_map_count``), past which LLVM cannot map new code and aborts the process. A later file
+    that needs a program again loads it from the run's persistent compilation cache.
+    """
+    yield
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jax.clear_caches()
+    gc.collect()

@@ -114,6 +114,7 @@ def test_a_method_without_a_watermark_needs_no_key_and_says_so(files, monkeypatc
     (["--method=basic", "--num_drafts=3"], "does not speculate"),
     (["--draft_tree=3x2", "--lookahead=3"], "has 2 depths; lookahead K is 3"),
     (["--draft_tree=3xa"], "expected children per depth"),
+    (["--num_drafts=3", "--draft_tree=3x1x1"], "--num_drafts / --draft_tree: give one of them"),
     (["--decoder=kgw", "--num_drafts=2"], "KGW"),
     (["--num_drafts=65"], "--num_drafts=65 exceeds 64"),
     (["--num_drafts=100000"], "--num_drafts=100000 exceeds 64"),

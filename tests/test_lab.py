@@ -84,6 +84,26 @@ def test_run_spec_names_and_validation():
     assert lab.Settings(target="toy", draft="toy", lookaheads=(2, 3), draft_trees=["3", "2x2x1d"]).shapes_at(2) == ["3"]
 
 
+def test_the_tool_and_the_experiments_build_one_config_for_one_setting():
+    """wmspec-generate's flags and RunSpec go through SpeculativeConfig.from_setting: the same setting gives
+    equal configs, whatever the draft shape."""
+    from absl import flags
+
+    from wmspec_jax.cli import generate as cli_generate
+
+    for drafts, shape_flags in [("1", []), ("3", ["--num_drafts=3"]), ("3x2x1d", ["--draft_tree=3,2,1",
+                                                                                 "--distinct_drafts"])]:
+        fv = flags.FlagValues()
+        cli_generate.define_flags(fv)
+        fv(["wmspec-generate", "--method=pseudorandom", "--lookahead=3", "--temperature=0.7", "--max_new_tokens=8",
+            "--nostop_at_eos"] + shape_flags)
+        pair = type("Pair", (), {"eos_id": None, "pad_id": 0})()
+        spec = runs.RunSpec("pseudorandom", "gumbel", 3, 0.7, drafts=drafts)
+        assert cli_generate._config(fv, pair) == spec.config(8), drafts
+    with pytest.raises(ValueError, match="draft shape"):
+        speculative.SpeculativeConfig.from_setting("pseudorandom", spec.watermark_decoder, 3, drafts="3y")
+
+
 def test_runs_resume_and_do_not_depend_on_the_batch(tmp_path, toy_pair, prompts):
     toks, lens = prompts
     run = runs.RunSpec("pseudorandom", "gumbel", 3, 0.7)

@@ -159,6 +159,16 @@ class SpeculativeConfig:
                 f"method {self.method!r} at temperature 0: every distribution is one-hot, so no watermark "
                 "is embedded (records say watermarked=False)", stacklevel=3)
 
+    @classmethod
+    def from_setting(cls, method: str, decoder: decoders.WatermarkDecoder, lookahead: int, *,
+                     drafts: str = "1", **settings) -> "SpeculativeConfig":
+        """The config of a generation setting as the experiments (``RunSpec``) and ``wmspec-generate`` write
+        it: the draft shape as text (:func:`wmspec_jax.multidraft.parse_shape`: ``"1"`` the paper's one
+        chain, ``"3"`` three chains, ``"3x2x1"`` a tree, a trailing ``"d"`` for distinct siblings);
+        ``settings`` are the other fields (``max_new_tokens``, ``temperature``, ``top_k``, ...)."""
+        return cls(method=method, decoder=decoder, lookahead=lookahead, **settings,
+                   **multidraft.parse_shape(drafts))
+
     @property
     def stop_ids(self) -> tuple:
         """The stop token ids as a tuple (empty: never stop early)."""

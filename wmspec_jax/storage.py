@@ -159,6 +159,23 @@ _held_dirs: dict = {}  # realpath -> [directory fd or None, count]
 _held_guard = threading.Lock()
 
 
+def _drop_hold(table: dict, key) -> bool:
+    """One holder fewer of ``table[key]``; the last one unlocks and closes its descriptor. True when a
+    descriptor was closed."""
+    held = table.get(key)
+    if held is None:
+        return False
+    held[1] -= 1
+    if held[1]:
+        return False
+    del table[key]
+    if held[0] is None:
+        return False
+    fcntl.flock(held[0], fcntl.LOCK_UN)
+    os.close(held[0])
+    return True
+
+
 class DirectoryLock:
     """Exclusive lock of an output directory (module doc); use as a context manager or call :meth:`release`.
 
@@ -236,31 +253,15 @@ class DirectoryLock:
         _held_dirs[self.directory] = [fd, 1]
 
     def _unlock_directory(self) -> None:
-        held = _held_dirs.get(self.directory)
-        if held is None:
-            return
-        held[1] -= 1
-        if held[1] == 0:
-            del _held_dirs[self.directory]
-            if held[0] is not None:
-                fcntl.flock(held[0], fcntl.LOCK_UN)
-                os.close(held[0])
+        _drop_hold(_held_dirs, self.directory)
 
     def release(self) -> None:
         if self._released:
             return
         self._released = True
         with _held_guard:
-            held = _held_locks.get(self._key)
-            if held is None:
-                return
-            held[1] -= 1
-            if held[1] == 0:
-                del _held_locks[self._key]
-                if held[0] is not None:
-                    fcntl.flock(held[0], fcntl.LOCK_UN)
-                    os.close(held[0])
-                    self._unlock_directory()
+            if _drop_hold(_held_locks, self._key):
+                self._unlock_directory()
 
     def __enter__(self) -> "DirectoryLock":
         return self

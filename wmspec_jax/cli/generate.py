@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import secrets
 import sys
 import time
@@ -188,19 +189,25 @@ def _draft_decoder(fv):
     return _named_decoder(fv, fv.draft_decoder, "draft_decoder")
 
 
-def _draft_shape(fv) -> dict:
-    """``SpeculativeConfig`` keywords of --num_drafts / --draft_tree / --distinct_drafts ({} for one chain)."""
-    out = {}
-    if fv.num_drafts > 1:
-        out["num_drafts"] = fv.num_drafts
+def _drafts(fv) -> str:
+    """The draft shape of --num_drafts / --draft_tree / --distinct_drafts as text, as the experiments write it
+    (:func:`wmspec_jax.multidraft.parse_shape`): "1" one chain, "3" three chains, "3x2x1" a tree, a trailing
+    "d" for distinct siblings."""
+    if fv.draft_tree is not None and fv.num_drafts > 1:
+        raise InputError("--num_drafts / --draft_tree: give one of them (--num_drafts=n is the tree n x 1 x ... x 1)")
+    text = str(fv.num_drafts)
     if fv.draft_tree is not None:
-        try:
-            out["draft_tree"] = tuple(int(b) for b in fv.draft_tree.replace(",", "x").lower().split("x"))
-        except ValueError:
-            raise InputError(f"--draft_tree={fv.draft_tree!r}: expected children per depth like 3x2x1") from None
-    if fv.distinct_drafts:
-        out["distinct_drafts"] = True
-    return out
+        text = fv.draft_tree.replace(",", "x").lower()
+        if not re.fullmatch(r"[0-9]+(x[0-9]+)*", text):
+            raise InputError(f"--draft_tree={fv.draft_tree!r}: expected children per depth like 3x2x1")
+    return text + ("d" if fv.distinct_drafts else "")
+
+
+def _draft_shape(fv) -> dict:
+    """``SpeculativeConfig`` keywords of the draft shape ({} for one chain)."""
+    from wmspec_jax import multidraft
+
+    return multidraft.parse_shape(_drafts(fv))
 
 
 def _lookahead(fv) -> int:
@@ -218,11 +225,10 @@ def _lookahead(fv) -> int:
 def _config(fv, pair):
     from wmspec_jax import speculative
 
-    return speculative.SpeculativeConfig(
-        method=fv.method, decoder=_decoder(fv), draft_decoder=_draft_decoder(fv), lookahead=_lookahead(fv),
+    return speculative.SpeculativeConfig.from_setting(
+        fv.method, _decoder(fv), _lookahead(fv), drafts=_drafts(fv), draft_decoder=_draft_decoder(fv),
         max_new_tokens=fv.max_new_tokens, temperature=fv.temperature, top_k=fv.top_k or None,
-        context_width=fv.context_width, eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id,
-        **_draft_shape(fv))
+        context_width=fv.context_width, eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id)
 
 
 def _open_output(fv, run: str, stderr):
@@ -351,8 +357,8 @@ def _check_sizes(fv, num_texts: int) -> None:
     _check_draft_shape_size(fv)
     if _draft_shape(fv):
         try:  # the draft shape's own rules (a speculative method, the tree's depth = K, no KGW), before loading
-            speculative.SpeculativeConfig(method=fv.method, decoder=_decoder(fv), lookahead=k,
-                                          max_new_tokens=fv.max_new_tokens, **_draft_shape(fv))
+            speculative.SpeculativeConfig.from_setting(fv.method, _decoder(fv), k, drafts=_drafts(fv),
+                                                       max_new_tokens=fv.max_new_tokens)
         except (ValueError, TypeError) as e:
             raise InputError(f"--num_drafts / --draft_tree / --distinct_drafts: {e}") from None
 

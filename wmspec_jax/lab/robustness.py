@@ -437,17 +437,21 @@ def plot_robustness(summary: dict, path: str) -> None:
             est = np.asarray([c["basic"]["tpr"][basic] for c in cells])
             ax.plot(rates, est[:, 0], ls="--", color="k", lw=1, label=f"basic watermark: {basic}")
             ax.set_ylim(-0.02, 1.02)
-            ax.set_title(f"{WatermarkDecoder.from_name(dec).family_label}: {_EDIT_TITLES.get(kind, kind)}",
-                         fontsize=8)
-            if i == len(decs) - 1:
-                ax.set_xlabel("human tokens (%)" if kind == "mix" else "edit rate (%)", fontsize=8)
-            if j == 0:
-                ax.set_ylabel("TPR at 1% FPR", fontsize=8)
-            ax.tick_params(labelsize=7)
+            _label_panel(ax, dec, kind, "TPR at 1% FPR", bottom=i == len(decs) - 1, left=j == 0)
         axes[i, -1].legend(frameon=False, fontsize=6, loc="upper right")
     fig.tight_layout()
     storage.atomic_savefig(fig, path, dpi=120)
     plt.close(fig)
+
+
+def _label_panel(ax, decoder: str, kind: str, ylabel: str, *, bottom: bool, left: bool) -> None:
+    """Title of one (decoder, edit) panel; axis labels on the grid's bottom row and left column."""
+    ax.set_title(f"{WatermarkDecoder.from_name(decoder).family_label}: {_EDIT_TITLES.get(kind, kind)}", fontsize=8)
+    if bottom:
+        ax.set_xlabel("human tokens (%)" if kind == "mix" else "edit rate (%)", fontsize=8)
+    if left:
+        ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
 
 
 def plot_streams(summary: dict, path: str) -> None:
@@ -472,13 +476,7 @@ def plot_streams(summary: dict, path: str) -> None:
             ax.plot(rates, [e["intact_fraction"][0] for e in ev], ls="--", color="gray", lw=1,
                     label="tokens in original context")
             ax.axhline(0, color="k", lw=0.4)
-            ax.set_title(f"{WatermarkDecoder.from_name(dec).family_label}: {_EDIT_TITLES.get(kind, kind)}",
-                         fontsize=8)
-            if i == len(decs) - 1:
-                ax.set_xlabel("human tokens (%)" if kind == "mix" else "edit rate (%)", fontsize=8)
-            if j == 0:
-                ax.set_ylabel("evidence / unedited", fontsize=8)
-            ax.tick_params(labelsize=7)
+            _label_panel(ax, dec, kind, "evidence / unedited", bottom=i == len(decs) - 1, left=j == 0)
         axes[i, -1].legend(frameon=False, fontsize=6)
     fig.tight_layout()
     storage.atomic_savefig(fig, path, dpi=120)

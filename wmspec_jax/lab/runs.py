@@ -109,10 +109,10 @@ class RunSpec:
 
     def config(self, max_new_tokens: int, eos_id: Optional[int] = None, pad_id: int = 0,
                top_k: Optional[int] = None, context_width: int = prf.DEFAULT_CONTEXT_WIDTH):
-        return speculative.SpeculativeConfig(
-            method=self.method, decoder=self.watermark_decoder, lookahead=self.lookahead,
+        return speculative.SpeculativeConfig.from_setting(
+            self.method, self.watermark_decoder, self.lookahead, drafts=self.drafts,
             max_new_tokens=max_new_tokens, temperature=self.temperature, top_k=top_k,
-            context_width=context_width, eos_id=eos_id, pad_id=pad_id, **multidraft.parse_shape(self.drafts))
+            context_width=context_width, eos_id=eos_id, pad_id=pad_id)
 
 
 @functools.partial(jax.jit, static_argnames=("target",))

@@ -59,20 +59,11 @@ class Curve:
 
     @classmethod
     def from_json(cls, d: dict) -> "Curve":
-        arr = lambda v: np.asarray(v, np.float64)
-        return cls(
-            name=d["name"],
-            label=d["label"],
-            cls=d["cls"],
-            decoder=d["decoder"],
-            se=arr(d["se"]),
-            se_stderr=arr(d["se_stderr"]),
-            ws=arr(d["ws"]),
-            ws_stderr=arr(d["ws_stderr"]),
-            params={k: arr(v) for k, v in d["params"].items()},
-            num_samples=int(d["num_samples"]),
-            notes=dict(d.get("notes", {})),
-        )
+        arr = lambda v: np.asarray(v, np.float64)  # noqa: E731
+        fields = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
+        fields.update({k: arr(d[k]) for k in ("se", "se_stderr", "ws", "ws_stderr")})
+        return cls(**{**fields, "params": {k: arr(v) for k, v in d["params"].items()},
+                      "num_samples": int(d["num_samples"]), "notes": dict(d.get("notes", {}))})
 
     def pareto_mask(self) -> np.ndarray:
         """bool[n]: points not dominated by another point of the curve (higher or
