@@ -58,10 +58,10 @@ def _free_compiled_programs():
     """Drops JAX's compiled programs when a test file ends.
 
     A worker runs dozens of files in one process, and every program XLA:CPU compiles stays loaded
-    while its jit cache holds it: about six memory mappings each, so a worker reached ~25,000
-    mappings halfway through the suite, against Linux's default limit of 65,530
-    (``vm.max_map_count``), past which LLVM cannot map new code and aborts the process. A later file
-    that needs a program again loads it from the run's persistent compilation cache.
+    while its jit cache holds it, about six memory mappings each: kept for the worker's life they
+    came near Linux's default limit of 65,530 (``vm.max_map_count``), past which LLVM cannot map
+    new code and aborts the process (docs/measurements/2026-11-28-test-worker-memory-maps.md). A
+    later file that needs a program again loads it from the run's persistent compilation cache.
     """
     yield
     jax = sys.modules.get("jax")

@@ -416,12 +416,7 @@ def plot_robustness(summary: dict, path: str) -> None:
     """TPR at 1 % FPR vs edit rate: one row per decoder, one column per edit; every detector on the Alg. 1
     texts (95 % bootstrap bands), the basic watermark's own detector dashed."""
 
-    plt = _pyplot()
-    rs = summary["robustness"]
-    decs = list(summary["decoders"])
-    fig, axes = plt.subplots(len(decs), len(rs["edits"]), figsize=(3.0 * len(rs["edits"]), 2.9 * len(decs)),
-                             squeeze=False, sharey=True)
-    rates = np.asarray(rs["rates"]) * 100
+    plt, fig, axes, rs, decs, rates = _panel_grid(summary, 2.9)
     for i, dec in enumerate(decs):
         labels = summary["decoders"][dec]["detectors"]
         basic = BASIC_DETECTOR[dec]
@@ -444,6 +439,16 @@ def plot_robustness(summary: dict, path: str) -> None:
     plt.close(fig)
 
 
+def _panel_grid(summary: dict, row_height: float):
+    """(pyplot, figure, axes[decoder, edit], the robustness settings, decoders, edit rates in %)."""
+    plt = _pyplot()
+    rs = summary["robustness"]
+    decs = list(summary["decoders"])
+    fig, axes = plt.subplots(len(decs), len(rs["edits"]), figsize=(3.0 * len(rs["edits"]), row_height * len(decs)),
+                             squeeze=False, sharey=True)
+    return plt, fig, axes, rs, decs, np.asarray(rs["rates"]) * 100
+
+
 def _label_panel(ax, decoder: str, kind: str, ylabel: str, *, bottom: bool, left: bool) -> None:
     """Title of one (decoder, edit) panel; axis labels on the grid's bottom row and left column."""
     ax.set_title(f"{WatermarkDecoder.from_name(decoder).family_label}: {_EDIT_TITLES.get(kind, kind)}", fontsize=8)
@@ -458,12 +463,7 @@ def plot_streams(summary: dict, path: str) -> None:
     """Per-stream evidence of the Alg. 1 texts vs edit rate, relative to the unedited texts (draft stream,
     target stream, acceptance u), and the share of tokens still in their original context."""
 
-    plt = _pyplot()
-    rs = summary["robustness"]
-    decs = list(summary["decoders"])
-    fig, axes = plt.subplots(len(decs), len(rs["edits"]), figsize=(3.0 * len(rs["edits"]), 2.7 * len(decs)),
-                             squeeze=False, sharey=True)
-    rates = np.asarray(rs["rates"]) * 100
+    plt, fig, axes, rs, decs, rates = _panel_grid(summary, 2.7)
     names = {"draft": "draft stream", "target": "target stream", "accept_u": "acceptance u"}
     for i, dec in enumerate(decs):
         for j, kind in enumerate(rs["edits"]):
