@@ -292,6 +292,43 @@ def test_end_to_end_lefthash_generate_and_detect(tiny_llama):
     assert (st.n >= s_marked.n).all() and (st.p_value <= 0.01).mean() >= 0.9
 
 
+def test_texts_watermarked_here_are_detected_by_transformers_detector(tiny_llama):
+    """The reverse direction: the tiny Llama's logits after top-k 50 (generate's default, applied
+    before the watermark as transformers 5.x does), biased by our jitted ``biased_logits`` and sampled
+    here with NumPy, give texts that transformers' own ``WatermarkDetector`` flags (z above its
+    threshold of 3), with green counts equal to ours; texts sampled without the bias are not flagged."""
+    from transformers import WatermarkingConfig
+    from transformers.generation.logits_process import TopKLogitsWarper
+
+    torch, model, prompts = tiny_llama
+    V, new_tokens = 512, 128
+    cfg = H.HFKGWConfig.from_transformers(WatermarkingConfig(
+        greenlist_ratio=0.3, bias=2.0, hashing_key=987654321, seeding_scheme="lefthash", context_width=1))
+    top_k, rng = TopKLogitsWarper(50), np.random.default_rng(21)
+
+    def sample(watermark: bool) -> np.ndarray:
+        ids = prompts.clone()
+        with torch.no_grad():
+            for _ in range(new_tokens):
+                logits = top_k(ids, model(ids).logits[:, -1].clone()).numpy()
+                if watermark:
+                    logits = np.asarray(H.biased_logits(cfg, ids[:, -1:].numpy(), logits, vocab_size=V))
+                probs = np.exp(logits - logits.max(-1, keepdims=True))
+                probs /= probs.sum(-1, keepdims=True)
+                nxt = (probs.cumsum(-1) < rng.random((len(ids), 1))).sum(-1).clip(0, V - 1)
+                ids = torch.cat([ids, torch.tensor(nxt)[:, None]], dim=1)
+        return ids[:, prompts.shape[1] - 1:].numpy()   # context + generated tokens
+
+    marked, plain = sample(True), sample(False)
+    detector = _detector(cfg, V, ignore_repeated=False)
+    theirs_marked = detector(torch.as_tensor(marked), return_dict=True)
+    theirs_plain = detector(torch.as_tensor(plain), return_dict=True)
+    assert np.mean(theirs_marked.prediction) >= 0.9, theirs_marked.z_score
+    assert np.sum(theirs_plain.prediction) < _fpr_bound(40, 0.0014)  # z > 3: one-sided normal tail 0.00135
+    _check_against_detector(cfg, marked, V)
+    assert (H.score(cfg, marked, V).p_value <= 0.01).mean() >= 0.9
+
+
 def test_end_to_end_selfhash_generate_and_detect(tiny_llama):
     from transformers import WatermarkingConfig
 

@@ -2,7 +2,8 @@
 
 Every comparison runs transformers' own code (torch on the CPU) on the same inputs: the sampling
 table, the n-gram keys and g-values, the repetition and end-of-sequence masks, the processor's calls
-with its state, and ``generate`` with a tiny random Llama, whose texts the exact test then detects.
+with its state, and ``generate`` with a tiny random Llama, whose texts the exact test then detects;
+texts that our ``process_scores`` watermarks, scored by transformers' own g-values and masks.
 """
 
 import json
@@ -280,7 +281,7 @@ def generated():
     torch.manual_seed(2)
     plain = model.generate(**common)
     torch.set_num_threads(threads)
-    return watermark, marked, plain.numpy()
+    return watermark, marked, plain.numpy(), model
 
 
 @pytest.mark.slow
@@ -290,7 +291,7 @@ def test_generate_applies_the_processor_after_temperature_and_top_k(generated):
     _torch()
     from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
 
-    watermark, marked, _ = generated
+    watermark, marked, _, _ = generated
     cfg = hs.HFSynthIDConfig.from_transformers(watermark)
     temperature, top_k = TemperatureLogitsWarper(0.7), TopKLogitsWarper(50)
     state = hs.init_state(cfg, BATCH)
@@ -306,7 +307,7 @@ def test_generate_applies_the_processor_after_temperature_and_top_k(generated):
 
 @pytest.mark.slow
 def test_score_detects_transformers_texts_and_keeps_its_false_positive_rate(generated):
-    watermark, marked, plain = generated
+    watermark, marked, plain, _ = generated
     cfg = hs.HFSynthIDConfig.from_transformers(watermark)
     texts = marked.sequences[:, PROMPT_LEN:].numpy()
     assert texts.shape == (BATCH, NEW_TOKENS) and not (texts == EOS).any()
@@ -338,6 +339,57 @@ def test_score_detects_transformers_texts_and_keeps_its_false_positive_rate(gene
         assert int((null.p_value <= alpha).sum()) <= k_max
         assert abs(np.nanmean(null.mean_score) - 0.5) < 0.02
         assert 0.2 < np.median(null.p_value) < 0.8
+
+
+def _transformers_mean_scores(cfg: hs.HFSynthIDConfig, texts: np.ndarray) -> np.ndarray:
+    """float64[B]: the mean g-value of each text by transformers' own code, as its detector masks it
+    (``compute_g_values``, ``compute_context_repetition_mask``, ``compute_eos_token_mask``)."""
+    torch = _torch()
+    proc = _processor(cfg)
+    ids = torch.tensor(texts)
+    g = proc.compute_g_values(ids).numpy().astype(np.float64)  # [B, T - n + 1, depth]
+    mask = (proc.compute_context_repetition_mask(ids)
+            * proc.compute_eos_token_mask(ids, EOS)[:, cfg.ngram_len - 1:]).numpy().astype(np.float64)
+    return (g * mask[..., None]).sum((1, 2)) / (mask.sum(1) * g.shape[-1])
+
+
+@pytest.mark.slow
+def test_texts_watermarked_here_are_detected_by_transformers_own_g_values(generated):
+    """The reverse direction: the same model's logits, watermarked by our ``process_scores`` (after
+    min-new-tokens, temperature and top-k, generate's order) and sampled here with NumPy, give texts
+    that transformers' g-values and masks score as watermarked (mean g-value far above 1/2, as on
+    transformers' own texts) while the unwatermarked texts stay at 1/2; the exact test agrees."""
+    torch = _torch()
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
+
+    watermark, marked, plain, model = generated
+    cfg = hs.HFSynthIDConfig.from_transformers(watermark)
+    temperature, top_k = TemperatureLogitsWarper(0.7), TopKLogitsWarper(50)
+    rng = np.random.default_rng(5)
+    ids = torch.tensor(np.random.default_rng(1).integers(3, VOCAB, (BATCH, PROMPT_LEN)))
+    state = hs.init_state(cfg, BATCH)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with torch.no_grad():
+        for _ in range(NEW_TOKENS):
+            logits = model(ids).logits[:, -1].clone()
+            logits[:, EOS] = -float("inf")  # min_new_tokens, as in the fixture's generate
+            warped = top_k(ids, temperature(ids, logits)).numpy()
+            scores, state = hs.process_scores(cfg, state, ids[:, -1].numpy(), warped)
+            probs = _softmax64(scores)
+            nxt = (probs.cumsum(-1) < rng.random((BATCH, 1))).sum(-1).clip(0, VOCAB - 1)
+            ids = torch.cat([ids, torch.tensor(nxt)[:, None]], dim=1)
+    torch.set_num_threads(threads)
+    ours = ids[:, PROMPT_LEN:].numpy()
+    theirs = _transformers_mean_scores(cfg, marked.sequences[:, PROMPT_LEN:].numpy())
+    ours_mean, null_mean = _transformers_mean_scores(cfg, ours), _transformers_mean_scores(cfg, plain[:, PROMPT_LEN:])
+    # the null mean of 40 texts x ~124 tokens x 30 layers has standard deviation ~0.004
+    assert abs(null_mean.mean() - 0.5) < 0.02
+    assert ours_mean.mean() > 0.6 and abs(ours_mean.mean() - theirs.mean()) < 0.02, (ours_mean.mean(), theirs.mean())
+    assert ours_mean.min() > null_mean.max()
+    result = hs.score(cfg, ours, eos_token_id=EOS)
+    np.testing.assert_allclose(result.mean_score, ours_mean, rtol=1e-12)
+    assert (result.p_value <= 0.01).mean() >= 0.9
 
 
 # ------------------------------------------------------------------------------------------------ config
