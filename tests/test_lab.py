@@ -91,7 +91,7 @@ def test_the_tool_and_the_experiments_build_one_config_for_one_setting():
 
     from wmspec_jax.cli import generate as cli_generate
 
-    for drafts, shape_flags in [("1", []), ("3", ["--num_drafts=3"]), ("3x2x1d", ["--draft_tree=3,2,1",
+    for drafts, shape_flags in [("1", []), ("3", ["--num_drafts=3"]), ("3x2x1d", ["--draft_tree=3, 2,1",
                                                                                  "--distinct_drafts"])]:
         fv = flags.FlagValues()
         cli_generate.define_flags(fv)

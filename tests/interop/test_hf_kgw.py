@@ -324,7 +324,14 @@ def test_texts_watermarked_here_are_detected_by_transformers_detector(tiny_llama
     theirs_marked = detector(torch.as_tensor(marked), return_dict=True)
     theirs_plain = detector(torch.as_tensor(plain), return_dict=True)
     assert np.mean(theirs_marked.prediction) >= 0.9, theirs_marked.z_score
-    assert np.sum(theirs_plain.prediction) < _fpr_bound(40, 0.0014)  # z > 3: one-sided normal tail 0.00135
+    # the detector's z > 3 on n scored tokens is a green count above n γ + 3 sqrt(n γ (1 - γ)); with the
+    # key independent of a text each token is green with probability k / V, so a text is flagged with
+    # the exact binomial tail (0.0021 at n = 128, not the normal 0.00135)
+    n = int(np.max(theirs_plain.num_tokens_scored))
+    assert (theirs_plain.num_tokens_scored == n).all()
+    flagged_at = int(np.floor(n * 0.3 + 3 * np.sqrt(n * 0.3 * 0.7))) + 1
+    alpha = stats.binom.sf(flagged_at - 1, n, int(V * 0.3) / V)
+    assert np.sum(theirs_plain.prediction) < _fpr_bound(40, alpha)
     _check_against_detector(cfg, marked, V)
     assert (H.score(cfg, marked, V).p_value <= 0.01).mean() >= 0.9
 

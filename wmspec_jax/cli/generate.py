@@ -197,7 +197,7 @@ def _drafts(fv) -> str:
         raise InputError("--num_drafts / --draft_tree: give one of them (--num_drafts=n is the tree n x 1 x ... x 1)")
     text = str(fv.num_drafts)
     if fv.draft_tree is not None:
-        text = fv.draft_tree.replace(",", "x").lower()
+        text = re.sub(r"\s+", "", fv.draft_tree).replace(",", "x").lower()
         if not re.fullmatch(r"[0-9]+(x[0-9]+)*", text):
             raise InputError(f"--draft_tree={fv.draft_tree!r}: expected children per depth like 3x2x1")
     return text + ("d" if fv.distinct_drafts else "")
