@@ -83,7 +83,7 @@ def test_the_record_round_trips_and_bad_records_are_named():
 def test_one_line_per_text_with_its_format_version_older_lines_read_newer_refused():
     text = in_batches(7)[0].texts[1]
     line = text_record.generation_line(text, "r1", batch_seconds=0.5, batch_tokens=9, batch=0, batch_rows=3)
-    assert line["format_version"] == text_record.FORMAT_VERSION == 2
+    assert line["format_version"] == text_record.FORMAT_VERSION == 3
     assert line["id"] == "r1/%d" % text.index and line["run"] == "r1"
     assert {k: line[k] for k in text_record.TEXT_FIELDS} == text.record()
     assert text_record.GeneratedText.from_record(line) == text
@@ -93,7 +93,7 @@ def test_one_line_per_text_with_its_format_version_older_lines_read_newer_refuse
     older = {k: v for k, v in line.items() if k != "format_version"}  # format 1: the lines written before
     assert text_record.check_format(older) == 1 and text_record.GeneratedText.from_record(older) == text
     assert text_record.is_complete(older, "r1", text.index)
-    for bad, message in ((3, "newer"), ("2", "must be an int"), (0, "must be an int"), (True, "must be an int")):
+    for bad, message in ((text_record.FORMAT_VERSION + 1, "newer"), ("2", "must be an int"), (0, "must be an int"), (True, "must be an int")):
         with pytest.raises(text_record.FormatError, match=message):
             text_record.GeneratedText.from_record({**line, "format_version": bad})
         with pytest.raises(text_record.FormatError, match=message):

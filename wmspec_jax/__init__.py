@@ -22,7 +22,7 @@ The public API (everything else is reached through its module):
   tradeoff, theory          Fig. 1's Pareto frontiers; WS, SE, TV, A_spec
 
 Layers (import downwards only; ``tests/test_architecture.py``): storage
-(``storage``, ``user_cache``) < the algorithm (``prf``, ``keys``, ``context``,
+(``storage``, ``user_cache``) < the algorithm (``prf``, ``keys``, ``context``, ``key_sequence``,
 ``decoders``, ``theory``, ``candidates``, ``sampling``, ``methods``,
 ``stages``, ``speculative``, ``lm``, ``toy``, ``sharding``, ``models``, ``batching``,
 ``text_record``, ``detect``, ``tradeoff``, ``interop``) < the lab (``lab``: data, runs, the
@@ -34,7 +34,8 @@ use (:mod:`wmspec_jax._lazy`): ``import wmspec_jax`` does not start JAX. Each mo
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "batching", "buffers", "candidates", "cli", "context", "decoders", "detect", "interop", "keys", "lab", "lm", "methods",
+    "batching", "buffers", "candidates", "cli", "context", "decoders", "detect", "interop", "key_sequence", "keys", "lab",
+    "lm", "methods",
     "models",
     "multidraft", "prf", "prf_keys", "prf_numpy", "sampling", "sharding", "sources", "speculative", "stages",
     "storage", "text_record", "textnorm", "theory", "toy", "tradeoff", "user_cache", "validation",

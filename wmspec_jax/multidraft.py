@@ -67,7 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import candidates, context, prf, sampling, stages, theory
+from wmspec_jax import candidates, prf, sampling, stages, theory
 from wmspec_jax.buffers import row_slice, row_update, set_at
 from wmspec_jax.candidates import Candidates
 from wmspec_jax.lm import DraftModel, LanguageModel
@@ -366,7 +366,7 @@ def sibling_uniforms(st: stages.Static, inputs: stages.Inputs, tokens, pos, sibl
     true_u = sampling.true_uniforms(inputs.words, pos, sampling.candidate_purpose(sampling.PURPOSE_ACCEPT, sibling))
     if not st.method.pseudorandom_acceptance:
         return true_u
-    seeds = sampling.position_seeds(inputs.keys, prf.Stream.ACCEPT, tokens, pos, st.context_width)
+    seeds = stages.stream_seeds(st, inputs, prf.Stream.ACCEPT, tokens, pos)
     return jnp.where(fresh, prf.position_uniforms(prf.candidate_seeds(seeds, sibling)), true_u)
 
 
@@ -392,7 +392,7 @@ def draft_tree(st: stages.Static, draft_model: DraftModel, inputs: stages.Inputs
         nonfinite = nonfinite | bad
         q = _gather_rows(q, _rows(parent_path(branching, s), bsz))
         sibling = jnp.tile(jnp.asarray(sibling_index(branching, s)), bsz)
-        fresh = (context.is_new_context(tokens, pos, path_inputs.start, st.context_width)
+        fresh = (stages.is_new_context(st, tokens, pos, path_inputs)
                  if method.watermark_draft or method.pseudorandom_acceptance else jnp.zeros(pos.shape, bool))
         token, log_q, marked = draw_children(st, path_inputs, tokens, pos, q, s, sibling, fresh)
         tokens = set_at(tokens, pos, token)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, multidraft, prf, sampling, stages, validation
+from wmspec_jax import decoders, key_sequence, multidraft, prf, sampling, stages, validation
 from wmspec_jax.lm import DraftModel, LanguageModel
 from wmspec_jax.methods import METHODS, Method
 
@@ -99,6 +99,7 @@ class SpeculativeConfig:
     num_drafts: int = 1
     draft_tree: Optional[tuple] = None
     distinct_drafts: bool = False
+    key_sequence: int = 0
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -154,6 +155,12 @@ class SpeculativeConfig:
         if not isinstance(self.distinct_drafts, (bool, np.bool_)):
             raise TypeError(f"distinct_drafts must be a bool, got {self.distinct_drafts!r}")
         fix("distinct_drafts", bool(self.distinct_drafts) and self.draft_tree is not None)
+        fix("key_sequence", key_sequence.check_key_length(self.key_sequence))
+        if self.key_sequence and spec.watermarks:
+            for d in {self.decoder, self.draft_stream_decoder}:
+                if d.family != decoders.GUMBEL or d.target_stream_statistic:
+                    raise ValueError(f"key_sequence needs a decoder of the Gumbel-max family (one uniform per "
+                                     f"token and stream, what the edit test scores); {d.label} is not")
         if self.temperature == 0 and spec.watermarks:
             warnings.warn(
                 f"method {self.method!r} at temperature 0: every distribution is one-hot, so no watermark "
@@ -192,7 +199,7 @@ class SpeculativeConfig:
             method=self.spec, decoder=self.decoder, lookahead=self.lookahead, temperature=self.temperature,
             top_k=self.top_k, context_width=self.context_width, max_new_tokens=self.max_new_tokens,
             stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder, tree=self.draft_tree,
-            distinct_drafts=self.distinct_drafts)
+            distinct_drafts=self.distinct_drafts, key_sequence=self.key_sequence)
 
 
 class GenerationResult(NamedTuple):

@@ -52,7 +52,7 @@ from typing import Any, NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from wmspec_jax import candidates, context, decoders, methods, prf, sampling
+from wmspec_jax import candidates, context, decoders, key_sequence, methods, prf, sampling
 from wmspec_jax.candidates import Candidates
 from wmspec_jax.buffers import row_slice, row_update, set_at
 from wmspec_jax.lm import DraftModel, LanguageModel
@@ -74,6 +74,8 @@ class Static:
       draft_decoder: the decoder of the draft stream ζ^D (None: ``decoder``).
       tree: branching factors of a draft tree (:mod:`wmspec_jax.multidraft`); None: one chain.
       distinct_drafts: siblings of a draft tree are drawn without replacement.
+      key_sequence: n > 0: the streams are keyed by the token's place in a key sequence of length n
+        (:mod:`wmspec_jax.key_sequence`); 0: by the ``context_width`` tokens before it.
     """
 
     method: methods.Method
@@ -87,6 +89,7 @@ class Static:
     draft_decoder: Optional[decoders.WatermarkDecoder] = None
     tree: Optional[tuple] = None
     distinct_drafts: bool = False
+    key_sequence: int = 0
 
     def process(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
         """Candidates of float32[..., V] logits and the NaN / +inf flag per distribution."""
@@ -199,11 +202,19 @@ class Drafts(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-def _is_new_context(st: Static, tokens, positions, inputs: Inputs) -> jax.Array:
+def is_new_context(st: Static, tokens, positions, inputs: Inputs) -> jax.Array:
+    """bool[B]: the token at ``positions`` (int32[B]) may carry a watermark: its context is new in the
+    row's text (or, under a key sequence, every generated position)."""
+    if st.key_sequence:  # every position has its own key element (module doc of key_sequence)
+        return jnp.asarray(positions) >= inputs.start
     return context.is_new_context(tokens, positions, inputs.start, st.context_width)
 
 
-def _seeds(st: Static, inputs: Inputs, stream: int, tokens, positions) -> jax.Array:
+def stream_seeds(st: Static, inputs: Inputs, stream: int, tokens, positions) -> jax.Array:
+    """uint32[B, 2]: seeds of ``stream`` at ``positions`` (int32[B]), from the context or the key sequence."""
+    if st.key_sequence:
+        return key_sequence.position_seeds(inputs.keys, stream, positions, inputs.start, inputs.words,
+                                           st.key_sequence)
     return sampling.position_seeds(inputs.keys, stream, tokens, positions, st.context_width)
 
 
@@ -213,7 +224,7 @@ def _biased(st: Static, inputs: Inputs, logits: jax.Array, tokens, positions, fr
     where the context is new. Draft and target share it, so speculative sampling between the biased Q
     and P emits the biased P's law, as the decoder alone does (``docs/decoders.md``)."""
     def seeds_at(pos):
-        return _seeds(st, inputs, prf.Stream.TARGET, tokens, pos)
+        return stream_seeds(st, inputs, prf.Stream.TARGET, tokens, pos)
 
     seeds = seeds_at(positions) if positions.ndim == 1 else jax.vmap(seeds_at, 1, 1)(positions)
     return st.decoder.bias(logits, seeds, fresh)
@@ -243,7 +254,7 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
     per_pos = []
     for s in range(k):  # K is small and static: unrolled
         pos = n + s
-        fresh = _is_new_context(st, tokens, pos, inputs) if need_fresh else jnp.zeros(n.shape, bool)
+        fresh = is_new_context(st, tokens, pos, inputs) if need_fresh else jnp.zeros(n.shape, bool)
         if st.biases:
             logits = _biased(st, inputs, logits, tokens, pos, fresh)
         q, bad = st.process(logits)
@@ -272,7 +283,7 @@ def draw_draft(st: Static, inputs: Inputs, tokens: jax.Array, pos: jax.Array, q:
       (int32[B] token, float32[B] log Q(token), bool[B] watermarked record).
     """
     method = st.method
-    seeds = _seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
+    seeds = stream_seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
     purpose = sampling.PURPOSE_DRAFT
     if sibling is not None:
         seeds = None if seeds is None else prf.candidate_seeds(seeds, sibling)
@@ -307,7 +318,7 @@ def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.
     biased = logits
     if st.biases:
         positions = n[:, None] + jnp.arange(k + 1, dtype=n.dtype)[None]
-        fresh = jax.vmap(lambda pos: _is_new_context(st, tokens, pos, inputs), 1, 1)(positions)
+        fresh = jax.vmap(lambda pos: is_new_context(st, tokens, pos, inputs), 1, 1)(positions)
         biased = _biased(st, inputs, logits, tokens, positions, fresh)
     p, bad = st.process(biased)
     return p, cache, jnp.any(bad, axis=1), logits, features
@@ -320,7 +331,7 @@ def acceptance_uniforms(st: Static, inputs: Inputs, tokens: jax.Array, n: jax.Ar
     true_u = jax.vmap(lambda p: sampling.true_uniforms(inputs.words, p, sampling.PURPOSE_ACCEPT), 1, 1)(positions)
     if not st.method.pseudorandom_acceptance:
         return true_u
-    seeds = jax.vmap(lambda p: _seeds(st, inputs, prf.Stream.ACCEPT, tokens, p), 1, 1)(positions)
+    seeds = jax.vmap(lambda p: stream_seeds(st, inputs, prf.Stream.ACCEPT, tokens, p), 1, 1)(positions)
     return jnp.where(fresh, prf.position_uniforms(seeds), true_u)
 
 
@@ -388,11 +399,11 @@ def draw_final(st: Static, inputs: Inputs, weights: jax.Array, ids: Optional[jax
     method = st.method
     seeds = use = None
     if method.watermark_residual or method.watermark_target:
-        fresh = _is_new_context(st, tokens, position, inputs)
+        fresh = is_new_context(st, tokens, position, inputs)
         if fresh_at_rejection is not None:
             fresh = jnp.where(rejected, fresh_at_rejection, fresh)
         use = fresh & jnp.where(rejected, method.watermark_residual, method.watermark_target)
-        seeds = _seeds(st, inputs, prf.Stream.TARGET, tokens, position)
+        seeds = stream_seeds(st, inputs, prf.Stream.TARGET, tokens, position)
     uniform = sampling.true_uniforms(inputs.words, position, sampling.PURPOSE_TARGET)
     index, watermarked = sampling.draw(st.decoder, weights, ids, seeds, uniform, use)
     token = index.astype(jnp.int32) if ids is None else jnp.take_along_axis(ids, index[:, None], axis=1)[:, 0]
@@ -581,5 +592,5 @@ def buffer_length(st: Static, prompt_width: int) -> int:
 
 
 __all__ = ["Drafts", "Inputs", "LoopState", "Records", "Static", "accept", "acceptance_uniforms", "buffer_length",
-           "commit", "draft", "draw_draft", "draw_final", "initial_state", "resample", "rollback", "rollback_draft",
-           "rollback_target", "step", "verify"]
+           "commit", "draft", "draw_draft", "draw_final", "initial_state", "is_new_context", "resample", "rollback", "rollback_draft",
+           "rollback_target", "step", "stream_seeds", "verify"]

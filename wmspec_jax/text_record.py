@@ -29,8 +29,10 @@ import numpy as np
 from wmspec_jax import sources
 
 FORMAT_FIELD = "format_version"
-FORMAT_VERSION = 2
-"""2: lines carry ``format_version``; 1: the lines written before (no such field; otherwise the same)."""
+FORMAT_VERSION = 3
+"""3: a line may carry ``key_sequence`` (streams keyed by a key sequence, :mod:`wmspec_jax.key_sequence`,
+which a reader of format 2 would score as keyed by context); 2: lines carry ``format_version``; 1: the
+lines written before (no such field; otherwise the same)."""
 
 TEXT_FIELDS = ("index", "prompt_length", "tokens", "source", "num_steps", "aatps", "logppl", "watermarked_tokens",
                "stopped")

@@ -50,7 +50,7 @@ from absl import flags
 
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli import model_scoring, outputs
+from wmspec_jax.cli import model_scoring, outputs, scoring_flags
 from wmspec_jax.cli.texts import (InputError, check_not_empty, ChunksFromFirstText, is_terminal, iter_inputs,
                                   load_tokenizer, vocab_size, write_lines)
 from wmspec_jax.detect import lines, scoring
@@ -87,28 +87,10 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_list("sibling_weights", None, "multi-draft texts without their candidate records: the weight of "
                       "each sibling stream in the search (its share of the accepted drafts; default decreasing "
                       "as 4^-c)", flag_values=fv)
-    flags.DEFINE_list("detector", ["auto"], "comma-separated registry names (see --help) or saved detector files "
-                      "(.npz); 'auto': the decoder's default", flag_values=fv)
-    flags.DEFINE_float("tau", None, "τ of --detector=ars-tau (default 0.5; a saved Ars-τ has its fitted τ)",
-                       flag_values=fv)
-    flags.DEFINE_float("kgw_gamma", None, "KGW's green fraction (default: the line's kgw_gamma, else 0.25)",
-                       flag_values=fv)
-    flags.DEFINE_float("draft_fraction", None, "p of Ars-Prior (default 0.5; the share of accepted drafts of the "
-                       "generator, if known)", flag_values=fv)
-    flags.DEFINE_float("alpha", 0.01, "verdict 'watermarked' iff p <= alpha", lower_bound=0.0, upper_bound=1.0,
-                       flag_values=fv)
-    flags.DEFINE_integer("min_tokens", 8, "texts with fewer scored tokens get the verdict 'not enough tokens'",
-                         lower_bound=1, flag_values=fv)
-    flags.DEFINE_enum("dedup", "none", list(scoring.DEDUP_CHOICES), "corpus: score each (context, token) window "
-                      "at most once over all the texts scored with the secret itself (first occurrence in input "
-                      "order), so the key's false positives over templated or repeated text are binomial",
-                      flag_values=fv)
     flags.DEFINE_string("calibrate", None, "a file of your own human texts (JSONL or text): score them as the "
                         "inputs and report the key's false-positive rate at --alpha with its exact interval on "
                         "stderr (inputs optional)", flag_values=fv)
-    flags.DEFINE_bool("windowed", False, "also report the best window (a watermarked span) with its corrected "
-                      "p-value", flag_values=fv)
-    flags.DEFINE_integer("min_window", 16, "shortest window of --windowed (tokens)", lower_bound=2, flag_values=fv)
+    scoring_flags.define_flags(fv)
     flags.DEFINE_string("output", None, "write the JSON lines to this file (atomically) instead of stdout; "
                         "a regular file or a new path, or - (stdout): links, devices, FIFOs and the inputs "
                         "(stdin's file included) are refused", flag_values=fv)
@@ -164,16 +146,13 @@ def _overrides(fv) -> lines.Overrides:
     given = {} if fv.scheme_config else {name: fv[name].value for name in lines.SETTINGS if fv[name].present}
     return lines.Overrides(**given, draft_fraction=fv.draft_fraction, kgw_gamma=fv.kgw_gamma, keys=fv.keys,
                            run=fv.run if fv["run"].present else None, index=fv.index,
+                           key_sequence=fv.key_sequence if fv["key_sequence"].present else None,
                            ignore_provenance=fv.ignore_provenance)
 
 
 def _start(fv, paths: Sequence[str], stderr, stdin=None) -> ScoringRun:
     """Everything checked and loaded before the first text is read."""
-    options = scoring.ScoringOptions(alpha=fv.alpha, min_tokens=fv.min_tokens, windowed=fv.windowed,
-                                     min_window=fv.min_window, batch_size=fv.batch_size, tau=fv.tau,
-                                     draft_fraction=fv.draft_fraction, kgw_gamma=fv.kgw_gamma,
-                                     sibling_weights=None if fv.sibling_weights is None else tuple(fv.sibling_weights),
-                                     dedup=fv.dedup)
+    options = scoring_flags.scoring_options(fv)
     overrides = _overrides(fv)
     outputs.check_output_path("--output", fv.output, list(fv.input) + list(paths) + [
         p for p in [fv.scheme_config, fv.calibrate] if p], stdin=stdin, consequence="the results would replace the texts")

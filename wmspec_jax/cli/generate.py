@@ -118,6 +118,9 @@ def define_flags(fv: flags.FlagValues) -> None:
                         "dathathri, pseudorandom; its settings from the same flags)", flag_values=fv)
     flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
                          lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("key_sequence", 0, "key the streams by a key sequence of this length n with a random "
+                         "offset per text (Kuditipudi et al.; 256 is theirs; edit-robust detection), not by "
+                         "context; 0: by context", lower_bound=0, flag_values=fv)
     flags.DEFINE_float("temperature", 1.0, "sampling temperature of P and Q", lower_bound=0.0, flag_values=fv)
     flags.DEFINE_integer("top_k", 0, "top-k of P and Q (0: none)", lower_bound=0, flag_values=fv)
     flags.DEFINE_integer("max_new_tokens", 128, "most generated tokens per text", lower_bound=1, flag_values=fv)
@@ -228,7 +231,8 @@ def _config(fv, pair):
     return speculative.SpeculativeConfig.from_setting(
         fv.method, _decoder(fv), _lookahead(fv), drafts=_drafts(fv), draft_decoder=_draft_decoder(fv),
         max_new_tokens=fv.max_new_tokens, temperature=fv.temperature, top_k=fv.top_k or None,
-        context_width=fv.context_width, eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id)
+        context_width=fv.context_width, key_sequence=fv.key_sequence,
+        eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id)
 
 
 def _open_output(fv, run: str, stderr):
@@ -297,7 +301,8 @@ def _settings_record(fv, pair, secret, config) -> dict:
         del scheme["decoder_options"]  # only schemes beyond the built-in ones have options
     return {"method": fv.method, "lookahead": config.lookahead, "decoder": fv.decoder, **scheme,
             "draft_decoder": None if config.draft_decoder is None else fv.draft_decoder,
-            "context_width": fv.context_width, "temperature": fv.temperature, "top_k": fv.top_k or None,
+            "context_width": fv.context_width, "key_sequence": config.key_sequence or None,
+            "temperature": fv.temperature, "top_k": fv.top_k or None,
             "draft_tree": None if config.draft_tree is None else list(config.draft_tree),
             "distinct_drafts": config.distinct_drafts if config.draft_tree is not None else None,
             "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
@@ -351,6 +356,12 @@ def _check_sizes(fv, num_texts: int) -> None:
                          "keys every token of that scheme; it takes no other decoder for the draft")
     if fv.context_width > prf.MAX_CONTEXT_WIDTH:
         raise InputError(f"--context_width={fv.context_width} exceeds {prf.MAX_CONTEXT_WIDTH}")
+    if fv.key_sequence:
+        try:  # its own rules (a length the package keys, a decoder the edit test scores), before loading
+            speculative.SpeculativeConfig(method=fv.method, decoder=decoder, draft_decoder=draft, lookahead=k,
+                                          key_sequence=fv.key_sequence)
+        except (ValueError, TypeError) as e:
+            raise InputError(f"--key_sequence={fv.key_sequence}: {e}") from None
     if fv.first_index + num_texts > MAX_INDEX:
         raise InputError(f"--first_index={fv.first_index}: text indices must stay below 2^32 "
                          f"({num_texts} texts)")

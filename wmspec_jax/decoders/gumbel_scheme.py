@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from wmspec_jax import prf, validation
 from wmspec_jax.decoders.base import GUMBEL, WatermarkDecoder
-from wmspec_jax.decoders.kernels import _float, _one_hot_like, first_argmax
+from wmspec_jax.decoders.kernels import _float, _one_hot_like, candidate_tokens, first_argmax
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,7 @@ class GumbelMax(WatermarkDecoder):
         return "Gumbel-max"
 
     def watermark_index(self, weights, ids, seeds, uniform=None):
-        tokens = jnp.arange(weights.shape[-1], dtype=jnp.uint32) if ids is None else ids.astype(jnp.uint32)
+        tokens = candidate_tokens(weights, ids)
         return gumbel_max_index(weights, prf.token_uniforms(seeds[:, None, :], tokens))
 
     def vocab_zeta(self, seeds, vocab_size: int):

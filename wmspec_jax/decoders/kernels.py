@@ -22,6 +22,12 @@ def _one_hot_like(index: jax.Array, probs: jax.Array) -> jax.Array:
     return jax.nn.one_hot(index, probs.shape[-1], dtype=jnp.float32)
 
 
+def candidate_tokens(weights: jax.Array, ids) -> jax.Array:
+    """uint32 token ids of a draw's candidates: ``ids`` (int[B, C]), or the vocabulary 0..V − 1 when
+    ``ids`` is None (weights float[B, V]); what a scheme hashes."""
+    return jnp.arange(weights.shape[-1], dtype=jnp.uint32) if ids is None else ids.astype(jnp.uint32)
+
+
 def first_argmax(x: jax.Array) -> jax.Array:
     """Index of the first maximum along the last axis: int32[...].
 
@@ -228,5 +234,5 @@ def process_logits(logits: jax.Array, temperature, top_k: int | None = None) -> 
     return jax.nn.log_softmax((x - jnp.where(jnp.isfinite(top), top, 0.0)) / _float(temperature), axis=-1)
 
 
-__all__ = ["check_temperature", "check_top_k", "first_argmax", "identity", "inverse_cdf", "linear_mixture",
+__all__ = ["candidate_tokens", "check_temperature", "check_top_k", "first_argmax", "identity", "inverse_cdf", "linear_mixture",
            "process_logits", "sample_token", "top_k_mask"]

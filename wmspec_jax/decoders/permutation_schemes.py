@@ -15,7 +15,9 @@ Both published versions draw π by a keyed shuffle of the vocabulary seeded by t
 order is our construction of it, and a tie (two tokens with one 32-bit hash, probability ~V²/2³³ per
 position) makes π not exactly uniform, a bias of that order in DiPmark's law (none in inverse
 transform's). Kuditipudi et al. index one key sequence by position and score by a Levenshtein alignment
-over shifts; here ζ comes from the h previous tokens like every scheme's, and no shift is searched.
+over offsets; here ζ comes from the h previous tokens like every scheme's unless the loop keys it by a key
+sequence (:mod:`wmspec_jax.key_sequence`, scored by :mod:`wmspec_jax.detect.edit_alignment`), where each key
+element has its own π (theirs: one π per key).
 Texts are scored on one U(0, 1) value per token and stream (:mod:`wmspec_jax.detect.streams`).
 """
 
@@ -30,7 +32,7 @@ import numpy as np
 
 from wmspec_jax import prf, validation
 from wmspec_jax.decoders.base import DEFAULT_DIPMARK_ALPHA, GUMBEL, WatermarkDecoder, check_real
-from wmspec_jax.decoders.kernels import _float, _one_hot_like, inverse_cdf
+from wmspec_jax.decoders.kernels import _float, _one_hot_like, candidate_tokens, inverse_cdf
 
 INVERSE_TRANSFORM = "inverse_transform"
 DIPMARK = "dipmark"
@@ -66,7 +68,7 @@ class InverseTransform(_Permuted):
         return "Inverse transform"
 
     def watermark_index(self, weights, ids, seeds, uniform=None):
-        tokens = jnp.arange(weights.shape[-1], dtype=jnp.uint32) if ids is None else ids.astype(jnp.uint32)
+        tokens = candidate_tokens(weights, ids)
         order = jnp.broadcast_to(self._order(seeds[:, None, :], tokens), weights.shape)
         return inverse_transform_index(weights, order, prf.position_uniforms(seeds))
 
@@ -122,7 +124,7 @@ class DiPmark(_Permuted):
     def watermark_index(self, weights, ids, seeds, uniform=None):
         """A draw from the reweighting by inverse CDF along π with the private ``uniform``."""
         self.check_uniform(uniform)
-        tokens = jnp.arange(weights.shape[-1], dtype=jnp.uint32) if ids is None else ids.astype(jnp.uint32)
+        tokens = candidate_tokens(weights, ids)
         perm = permutation(jnp.broadcast_to(self._order(seeds[:, None, :], tokens), weights.shape))
         reweighted = dipmark_sorted(jnp.take_along_axis(_float(weights), perm, axis=-1), self.alpha)
         return jnp.take_along_axis(perm, inverse_cdf(reweighted, _float(uniform))[..., None], axis=-1)[..., 0]

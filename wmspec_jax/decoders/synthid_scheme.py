@@ -20,7 +20,7 @@ import numpy as np
 
 from wmspec_jax import prf, validation
 from wmspec_jax.decoders.base import SYNTHID, WatermarkDecoder
-from wmspec_jax.decoders.kernels import _float, _one_hot_like, first_argmax, inverse_cdf
+from wmspec_jax.decoders.kernels import _float, _one_hot_like, candidate_tokens, first_argmax, inverse_cdf
 
 SYNTHID_LIMIT = "synthid_limit"
 MAX_SYNTHID_LAYERS = 256
@@ -74,11 +74,14 @@ class SynthID(WatermarkDecoder):
     def from_settings(cls, record):
         return cls(int(record.get("synthid_layers") or 30))
 
+    def _packed_gbits(self, seeds, tokens):
+        """uint32[n, C, W] packed g-values of tokens uint32[C] (or [n, C]) at seeds uint32[n, 2]: bit l mod
+        32 of word l // 32 is g_l."""
+        return jnp.stack([prf.hash_values(seeds[:, None, :], tokens, int(prf.Lane.GBITS) + b)
+                          for b in range(-(-self.num_layers // prf.NUM_GBITS_PER_HASH))], axis=-1)
+
     def _tournament(self, weights, ids, seeds):
-        tokens = jnp.arange(weights.shape[-1], dtype=jnp.uint32) if ids is None else ids.astype(jnp.uint32)
-        words = jnp.stack([prf.hash_values(seeds[:, None, :], tokens, prf.Lane.GBITS + b)
-                           for b in range(-(-self.num_layers // prf.NUM_GBITS_PER_HASH))], axis=-1)
-        return tournament_packed(weights, words, self.num_layers)
+        return tournament_packed(weights, self._packed_gbits(seeds, candidate_tokens(weights, ids)), self.num_layers)
 
     def watermark_index(self, weights, ids, seeds, uniform=None):
         """Sampled by inverse CDF with the stream's per-position uniform (independent of the g-values)."""
@@ -86,10 +89,7 @@ class SynthID(WatermarkDecoder):
 
     def vocab_zeta(self, seeds, vocab_size: int):
         """uint32[n, V, W] packed g-values (bit l mod 32 of word l // 32 is g_l)."""
-        tokens = jnp.arange(vocab_size, dtype=jnp.uint32)
-        words = [prf.hash_values(seeds[:, None, :], tokens, int(prf.Lane.GBITS) + b)
-                 for b in range(-(-self.num_layers // prf.NUM_GBITS_PER_HASH))]
-        return jnp.stack(words, axis=-1)
+        return self._packed_gbits(seeds, jnp.arange(vocab_size, dtype=jnp.uint32))
 
     def apply(self, probs, zeta):
         p = jnp.asarray(probs, jnp.float32)

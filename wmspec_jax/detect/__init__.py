@@ -38,7 +38,11 @@ Pipeline (see ``docs/detection.md``):
    :func:`token_probs_from_distributions`), the route of each token
    through Alg. 1 (:func:`draft_posterior`), exact p-values
    (:func:`score_model_assisted`; tails in :mod:`.exact_tails`).
-8. :func:`score_texts` — what ``wmspec-detect`` runs on JSON records:
+8. :mod:`.edit_alignment` — texts generated under a key sequence
+   (``SpeculativeConfig.key_sequence``; Kuditipudi et al.): :func:`edit_test`, the
+   Levenshtein alignment with the key over all offsets and its permutation
+   p-value, robust to inserted and deleted tokens.
+9. :func:`score_texts` — what ``wmspec-detect`` runs on JSON records:
    each line's settings and keys read and checked (:mod:`.lines`,
    :class:`Overrides`), texts grouped by settings, scored by the requested
    detectors, one result line per text (:mod:`.scoring`,
@@ -48,7 +52,7 @@ Pipeline (see ``docs/detection.md``):
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "bayes", "bayes_training", "common", "corpus", "draft_routes", "exact_tails", "gumbel", "io", "kgw", "lines", "metrics",
+    "bayes", "bayes_training", "common", "corpus", "draft_routes", "edit_alignment", "exact_tails", "gumbel", "io", "kgw", "lines", "metrics",
     "model_assisted", "provenance", "pvalues", "registry", "scoring", "soft", "streams", "streams_batches",
     "streams_compute", "streams_types", "synthid", "synthid_search", "token_probs", "weighted", "windows",
 )
@@ -96,6 +100,8 @@ _NAMES = {
     "count_windows": "corpus",
     "decision_scores": "common",
     "dedup_corpus": "corpus",
+    "edit_test": "edit_alignment",
+    "EditTestResult": "edit_alignment",
     "draft_fraction": "streams_batches",
     "empty_windows": "corpus",
     "fit_ars_tau": "gumbel",

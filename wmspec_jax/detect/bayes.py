@@ -52,7 +52,7 @@ import numpy as np
 from flax import nnx
 
 from wmspec_jax import prf
-from wmspec_jax.detect.common import Detector, Scores, check_unit, config_provenance, fitted_provenance
+from wmspec_jax.detect.common import FittedDetector, Scores, check_unit, config_provenance, fitted_provenance
 from wmspec_jax.detect.provenance import Provenance, check_compatible
 from wmspec_jax.detect.streams_types import SynthIDStats, check_source
 from wmspec_jax.detect.synthid import MIXTURES, MODES, _check_stats, _split_settings
@@ -215,7 +215,7 @@ def _log_odds(params, config, gd, gt, u, mask, choose_draft, training: bool):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Bayes(Detector):
+class Bayes(FittedDetector):
     """A Bayesian SynthID detector (App. D): its :class:`BayesConfig` and fitted arrays.
 
     Scores are log-odds (no calibrated null: p-values are NaN; threshold them
@@ -253,10 +253,6 @@ class Bayes(Detector):
         extra = self.bayes_config.to_dict()
         extra.pop("context_width")
         return {**extra, **self.info}
-
-    @property
-    def params(self) -> dict:
-        return dict(self.arrays)
 
     @classmethod
     def from_saved(cls, config, params) -> "Bayes":

@@ -153,6 +153,14 @@ class Detector(abc.ABC):
 KINDS = ("single", "ars_tau", "ars_prior", "gumbel_oracle", "gumbel_soft", "synthid_mean", "bayes", "kgw_green")
 
 
+class FittedDetector(Detector):
+    """A detector whose fitted arrays are its ``arrays`` field (what it saves beside its config)."""
+
+    @property
+    def params(self) -> dict:
+        return dict(self.arrays)
+
+
 def config_provenance(config: Mapping[str, Any]) -> Provenance:
     if "provenance" in config:
         return Provenance.from_dict(config["provenance"])
@@ -233,5 +241,5 @@ def score(detector: Detector, stats, *, source=None, rng=None) -> Scores:
     return detector.score(stats, source=source, rng=rng)
 
 
-__all__ = ["Detector", "KINDS", "Scores", "TokenTerms", "check_unit", "config_provenance", "decision_scores",
+__all__ = ["Detector", "FittedDetector", "KINDS", "Scores", "TokenTerms", "check_unit", "config_provenance", "decision_scores",
            "detector_config", "fitted_provenance", "ignored_rng", "score"]

@@ -48,6 +48,13 @@ def multidraft_cap() -> int:
     return multidraft.MAX_PATHS
 
 
+def max_key_length() -> int:
+    """The longest key sequence: :data:`wmspec_jax.key_sequence.MAX_KEY_LENGTH`."""
+    from wmspec_jax import key_sequence
+
+    return key_sequence.MAX_KEY_LENGTH
+
+
 @dataclasses.dataclass(frozen=True)
 class Overrides:
     """What the user fixed for every text; None: not given (the line, then the defaults decide).
@@ -66,6 +73,7 @@ class Overrides:
     siblings: Optional[int] = None
     draft_fraction: Optional[float] = None
     kgw_gamma: Optional[float] = None
+    key_sequence: Optional[int] = None
     keys: str = "recorded"
     run: Optional[str] = None
     index: int = 0
@@ -82,6 +90,9 @@ class Overrides:
             raise LineError(f"--keys={self.keys}: one of {', '.join(KEY_CHOICES)}")
         if self.run is not None and not self.run:
             raise LineError("--run must not be empty")
+        if self.key_sequence is not None and not 0 <= self.key_sequence <= max_key_length():
+            raise LineError(f"--key_sequence={self.key_sequence}: 0 (streams keyed by context) or the generator's "
+                            f"key length n in 1..{max_key_length()}")
         if self.siblings is not None and self.siblings > multidraft_cap():
             raise LineError(f"--siblings={self.siblings} exceeds {multidraft_cap()}: a draft tree has at most "
                             f"{multidraft_cap()} paths, so no node has more children")
@@ -112,6 +123,8 @@ class TextLine:
     sibling_weights: Optional[list] = None
     result: Optional[dict] = None
     prf_version: str = prf.PRF_VERSION
+    key_sequence: int = 0
+    method: Optional[str] = None
 
     @property
     def derivation(self) -> str:
@@ -121,7 +134,8 @@ class TextLine:
     def group(self) -> tuple:
         """Lines of one group are scored together (one statistics program, one set of detectors)."""
         return (self.decoder, self.num_layers, self.context_width, self.derivation, self.draft_fraction,
-                self.draft_decoder, self.kgw_gamma, self.siblings, self.candidate is not None, self.prf_version)
+                self.draft_decoder, self.kgw_gamma, self.siblings, self.candidate is not None, self.prf_version,
+                self.key_sequence, self.method if self.key_sequence else None)
 
 
 def read_line(record: dict, where: str, number: int, ids: Sequence[int], *, secret, overrides: Overrides,
@@ -156,7 +170,29 @@ def read_line(record: dict, where: str, number: int, ids: Sequence[int], *, secr
                     recorded_option(record, where, "kgw_gamma", overrides, closed=False),
                     siblings_of(record, where, overrides, defaults["siblings"]),
                     None if searched else recorded_candidate(record, where, list(ids), recorded_ids),
-                    prf_version=prf_version_of(record))
+                    prf_version=prf_version_of(record), key_sequence=key_sequence_of(record, where, overrides),
+                    method=method_of(record, where))
+
+
+def key_sequence_of(record: dict, where: str, overrides: Overrides) -> int:
+    """The key length n a line's streams were keyed by (0: by context): the line's ``key_sequence``, else
+    ``overrides.key_sequence``, else 0; the two must agree."""
+    recorded = record_int(record, "key_sequence", where, 0, max_key_length() + 1)
+    if overrides.given("key_sequence"):
+        if recorded is not None and recorded != overrides.key_sequence:
+            conflict(overrides, where, f"key_sequence={recorded}", f"--key_sequence={overrides.key_sequence} was given")
+        return overrides.key_sequence
+    return recorded or 0
+
+
+def method_of(record: dict, where: str) -> Optional[str]:
+    """The generation method a line names (None: not given)."""
+    from wmspec_jax import methods
+
+    method = record.get("method")
+    if method is not None and method not in methods.METHODS:
+        raise LineError(f"{where}: field 'method' must be one of {sorted(methods.METHODS)}, got {str(method)[:40]!r}")
+    return method
 
 
 def record_int(record: dict, name: str, where: str, low: int, high: int) -> Optional[int]:

@@ -54,7 +54,9 @@ class ScoringOptions:
     text (None: a line's ``draft_fraction`` / ``kgw_gamma``, else the
     detector's default). ``sibling_weights``: the weights of the search over
     sibling streams of multi-draft texts without candidate records (None:
-    decreasing as 4^-c).
+    decreasing as 4^-c). ``edit_gamma``, ``null_keys``: γ and T of the edit test that scores
+    texts generated under a key sequence (:mod:`.edit_alignment`; every other option but
+    ``alpha``, ``min_tokens`` and ``batch_size`` is for texts keyed by context).
     """
 
     alpha: float = 0.01
@@ -67,6 +69,8 @@ class ScoringOptions:
     kgw_gamma: Optional[float] = None
     sibling_weights: Optional[tuple] = None
     dedup: str = "none"
+    edit_gamma: float = 0.0
+    null_keys: int = 99
 
     def __post_init__(self):
         # NaN passes absl's bounds (it compares false to every bound); each message names the tool's flag
@@ -79,6 +83,10 @@ class ScoringOptions:
             raise LineError(f"--tau must be a number in [0, 1], got {self.tau}")
         if self.kgw_gamma is not None and not inside(self.kgw_gamma, 0.0, 1.0, False, False):
             raise LineError(f"--kgw_gamma must lie in (0, 1), got {self.kgw_gamma}")
+        if not (math.isfinite(self.edit_gamma) and self.edit_gamma >= 0):
+            raise LineError(f"--edit_gamma must be a finite number >= 0, got {self.edit_gamma}")
+        if isinstance(self.null_keys, bool) or not isinstance(self.null_keys, int) or not 1 <= self.null_keys <= 9999:
+            raise LineError(f"--null_keys must be an int in [1, 9999], got {self.null_keys}")
         if self.dedup not in DEDUP_CHOICES:
             raise LineError(f"--dedup={self.dedup}: one of {', '.join(DEDUP_CHOICES)}")
         if self.draft_fraction is not None and not inside(self.draft_fraction, 0.0, 1.0):
@@ -386,9 +394,11 @@ def score_group(secret, lines: Sequence[TextLine], specs, options: ScoringOption
     settings = Provenance(first.decoder, first.num_layers, first.context_width, first.prf_version,
                           draft_decoder=first.draft_decoder, siblings=first.siblings)
     weights = search_weights(options, first.siblings, first.where) \
-        if first.siblings > 1 and first.candidate is None else None
+        if first.siblings > 1 and (first.candidate is None or first.key_sequence) else None
     for line in lines:
         line.sibling_weights = weights
+    if first.key_sequence:
+        return score_edit_group(secret, lines, options, vocab)
     detectors = _group_detectors(lines, specs, options, vocab, settings)
     for line in lines:
         if len(line.ids) <= line.context_width:  # no position has a full context: nothing to score
@@ -415,6 +425,51 @@ def score_group(secret, lines: Sequence[TextLine], specs, options: ScoringOption
             line.result = result_line(line, results, stats.provenance)
             if dedup:
                 line.result["dedup"] = "corpus"
+
+
+def edit_result(line: TextLine, pvalue: float, phi: float, n: int, provenance, options: ScoringOptions) -> dict:
+    """The edit test's result for one text (the shape of :func:`detector_result`'s)."""
+    from wmspec_jax.detect import edit_alignment
+
+    short = n < options.min_tokens
+    weight = edit_alignment.method_draft_weight(line.method or "pseudorandom")
+    log_p = None if short else math.log(pvalue)
+    return {"detector": {"name": "edit", "label": "edit test (Kuditipudi et al.)", "key_sequence": line.key_sequence,
+                         "gamma": options.edit_gamma, "null_keys": options.null_keys, "draft_weight": weight,
+                         "file": None, "key_fingerprint": provenance.key_fingerprint},
+            "num_scored": int(n), "verdict": NOT_ENOUGH if short else (
+                "watermarked" if pvalue <= options.alpha else "not detected"),
+            "score": None if short else finite(phi), "log_pvalue": log_p, "pvalue": None if short else float(pvalue),
+            "log10_pvalue": None if short else log_p / math.log(10)}
+
+
+def score_edit_group(secret, lines: Sequence[TextLine], options: ScoringOptions, vocab: int) -> None:
+    """Scores lines generated under a key sequence (one settings group) with the edit test."""
+    from wmspec_jax import decoders, detect
+
+    first = lines[0]
+    if options.alpha < 1.0 / (options.null_keys + 1):
+        raise LineError(f"{first.where}: --alpha={options.alpha} is below the edit test's smallest p-value "
+                        f"1/(T + 1) with --null_keys={options.null_keys}: raise --null_keys")
+    decoder = decoders.WatermarkDecoder.from_name
+    order = sorted(lines, key=lambda line: len(line.ids))
+    chunk_size = min(options.batch_size, 64)
+    for start in range(0, len(order), chunk_size):
+        chunk = order[start:start + chunk_size]
+        tokens = np.zeros((len(chunk), _bucket(max(len(line.ids) for line in chunk), low=8)), np.int32)
+        for row, line in enumerate(chunk):
+            tokens[row, : len(line.ids)] = line.ids
+        res = detect.edit_test(
+            tokens, stream_keys(secret, chunk), key_length=first.key_sequence, vocab_size=vocab,
+            lengths=np.array([len(line.ids) for line in chunk], np.int32), decoder=decoder(first.decoder),
+            draft_decoder=None if first.draft_decoder is None else decoder(first.draft_decoder),
+            method=first.method or "pseudorandom", gamma=options.edit_gamma, null_keys=options.null_keys,
+            siblings=first.siblings, sibling_weights=first.sibling_weights, prf_version=first.prf_version)
+        for row, line in enumerate(chunk):
+            line.candidate = None  # the edit test searches the sibling streams
+            line.result = result_line(line, [edit_result(line, res.pvalue[row], res.statistic[row],
+                                                         int(res.num_scored[row]), res.provenance, options)],
+                                      res.provenance)
 
 
 def score_lines(secret, lines: Sequence[TextLine], specs, options: ScoringOptions, vocab: int,

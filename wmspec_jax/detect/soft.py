@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax.detect import pvalues
-from wmspec_jax.detect.common import Detector, Scores, config_provenance, fitted_provenance
+from wmspec_jax.detect.common import FittedDetector, Scores, config_provenance, fitted_provenance
 from wmspec_jax.detect.gumbel import _check_kind, _check_stats, split_settings
 from wmspec_jax.detect.provenance import Provenance, check_compatible
 from wmspec_jax.detect.streams_batches import arrays_only
@@ -29,7 +29,7 @@ from wmspec_jax.sources import SOURCE_DRAFT
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Soft(Detector):
+class Soft(FittedDetector):
     """The soft Gumbel detector (beyond the paper; :func:`fit_soft`, :func:`score_soft`).
 
     With ``oracle=True`` it uses the true sources (``score(stats, source=...)``):
@@ -67,10 +67,6 @@ class Soft(Detector):
         if self.oracle:
             out["oracle"] = True
         return {**out, **self.info}
-
-    @property
-    def params(self) -> dict:
-        return dict(self.arrays)
 
     @classmethod
     def from_saved(cls, config, params) -> "Soft":

@@ -25,8 +25,19 @@ def jsonable(x: Any) -> Any:
     return x
 
 
+class JsonRecord:
+    """A dataclass written as plain JSON and read back field by field (unknown keys ignored)."""
+
+    def to_json(self) -> dict:
+        return jsonable(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, d: dict):
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
+
+
 @dataclasses.dataclass
-class Curve:
+class Curve(JsonRecord):
     """One trade-off curve: points (SE, WS) with Monte Carlo standard errors.
 
     Attributes:
@@ -54,16 +65,12 @@ class Curve:
     num_samples: int
     notes: dict = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return jsonable(dataclasses.asdict(self))
-
     @classmethod
     def from_json(cls, d: dict) -> "Curve":
         arr = lambda v: np.asarray(v, np.float64)  # noqa: E731
-        fields = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
-        fields.update({k: arr(d[k]) for k in ("se", "se_stderr", "ws", "ws_stderr")})
-        return cls(**{**fields, "params": {k: arr(v) for k, v in d["params"].items()},
-                      "num_samples": int(d["num_samples"]), "notes": dict(d.get("notes", {}))})
+        return super().from_json({**d, **{k: arr(d[k]) for k in ("se", "se_stderr", "ws", "ws_stderr")},
+                                  "params": {k: arr(v) for k, v in d["params"].items()},
+                                  "num_samples": int(d["num_samples"]), "notes": dict(d.get("notes", {}))})
 
     def pareto_mask(self) -> np.ndarray:
         """bool[n]: points not dominated by another point of the curve (higher or
@@ -75,7 +82,7 @@ class Curve:
 
 
 @dataclasses.dataclass
-class Point:
+class Point(JsonRecord):
     """A reference point (SE, WS) with standard errors (0 when exact)."""
 
     name: str
@@ -87,12 +94,5 @@ class Point:
     num_samples: int
     notes: dict = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        return jsonable(dataclasses.asdict(self))
 
-    @classmethod
-    def from_json(cls, d: dict) -> "Point":
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d})
-
-
-__all__ = ["Curve", "Point", "jsonable"]
+__all__ = ["Curve", "JsonRecord", "Point", "jsonable"]
