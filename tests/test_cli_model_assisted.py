@@ -150,6 +150,7 @@ def test_misuse_of_the_model_flags_is_an_error_naming_the_flag(generated, tmp_pa
         (["--model=builtin", "--windowed"], "drop --windowed"),
         (["--model=builtin", "--dedup=corpus"], "--dedup=corpus"),
         (["--model=builtin", "--decoder=dipmark"], "--decoder=dipmark has no model-assisted detector"),
+        (["--model=builtin", "--key_sequence=64"], "under a key sequence have no model-assisted detector"),
         (["--model=builtin", f"--model_draft={tiny}"], "the built-in target takes a built-in draft"),
         ([f"--model={tiny}", "--tokenizer=builtin"], "drop --tokenizer"),
         ([f"--model={tiny}"], "outside the tokenizer's vocabulary [0, 40)"),  # the lines' ids: another vocabulary

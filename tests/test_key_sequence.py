@@ -191,7 +191,8 @@ def test_the_tools_generate_and_detect_under_a_key_sequence(tmp_path):
     prompts.write_text("Tell me about the history of tea.\nWhy do cats purr?\n")
     out = tmp_path / "gen.jsonl"
     rc, _, err = run_tool(generate_cli, [str(prompts), key, "--key_sequence=64", "--max_new_tokens=64",
-                                         "--nostop_at_eos", "--temperature=1.0", f"--output={out}"], secret)
+                                         "--nostop_at_eos", "--temperature=1.0", "--run=key-sequence-tools",
+                                         f"--output={out}"], secret)  # a fixed run: the same texts every time
     assert rc == 0, err
     records = lines(out.read_text())
     assert [(r["key_sequence"], r["format_version"]) for r in records] == [(64, 3)] * 2

@@ -29,6 +29,8 @@ scored tokens: ``"not enough tokens"``; ``--scheme_config``: another engine's wa
 (the generator's pair): a text with a prompt gets the model-assisted detector of its scheme as primary (Gumbel-max,
 SynthID, KGW; exact p-value, per-token weights from the models' distributions over the recorded prompt +
 text at the recorded temperature, top-k and K), the key-only ones beside it (:mod:`.model_scoring`).
+**Key sequences** (a line's ``key_sequence``, ``--key_sequence=n`` for plain text): the edit test, a Levenshtein
+alignment with the key over all offsets, permutation p-value over ``--null_keys`` keys (:mod:`wmspec_jax.detect.edit_alignment`).
 **One key over many texts**: texts that share (context, token) windows share keyed values, so a warning
 says when the inputs share most of theirs; ``--dedup=corpus`` scores each window once per input and
 ``--calibrate`` measures the key's false-positive rate on your texts (``docs/repetitive_text.md``).

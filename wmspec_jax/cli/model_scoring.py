@@ -317,6 +317,9 @@ def text_settings(scorer: ModelScorer, line, options: scoring.ScoringOptions) ->
     if line.siblings > 1:
         raise lines_lib.LineError(f"{where}: multi-draft texts (siblings > 1) have no model-assisted detector; "
                                   "score them without --model")
+    if line.key_sequence:
+        raise lines_lib.LineError(f"{where}: texts generated under a key sequence have no model-assisted detector "
+                                  "(the edit test scores them); score them without --model")
     assumed: list = []
     method = _setting(scorer, record, where, "method", assumed)
     if not isinstance(method, str) or method not in methods_lib.METHODS:

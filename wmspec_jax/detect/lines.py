@@ -165,13 +165,14 @@ def read_line(record: dict, where: str, number: int, ids: Sequence[int], *, secr
     decoder, m, h, draft = settings_of(record, where, overrides, defaults)
     run, index = key_of(record, where, number, overrides, assumed_direct)
     searched = overrides.given("siblings")  # a fixed sibling count searches the streams
+    n = key_sequence_of(record, where, overrides)
     return TextLine(number, where, record, list(ids), offsets, decoder, m, h, run, index,
                     recorded_option(record, where, "draft_fraction", overrides, closed=True), draft,
                     recorded_option(record, where, "kgw_gamma", overrides, closed=False),
                     siblings_of(record, where, overrides, defaults["siblings"]),
                     None if searched else recorded_candidate(record, where, list(ids), recorded_ids),
-                    prf_version=prf_version_of(record), key_sequence=key_sequence_of(record, where, overrides),
-                    method=method_of(record, where))
+                    prf_version=prf_version_of(record), key_sequence=n,
+                    method=method_of(record, where) if n else None)
 
 
 def key_sequence_of(record: dict, where: str, overrides: Overrides) -> int:
@@ -186,7 +187,8 @@ def key_sequence_of(record: dict, where: str, overrides: Overrides) -> int:
 
 
 def method_of(record: dict, where: str) -> Optional[str]:
-    """The generation method a line names (None: not given)."""
+    """The generation method a line names (None: not given); read for key-sequence lines, whose edit test
+    reads the streams the method watermarks."""
     from wmspec_jax import methods
 
     method = record.get("method")
