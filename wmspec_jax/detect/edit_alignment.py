@@ -1,5 +1,5 @@
-"""The edit-robust test of texts generated under a key sequence (Kuditipudi et al. 2023, Sec. 2.4 and
-Alg. 3 - 5; :mod:`wmspec_jax.key_sequence`).
+"""The edit-robust test of texts generated under a key sequence (Kuditipudi et al. 2023, "Robust
+distortion-free watermarks for language models", and their reference code; :mod:`wmspec_jax.key_sequence`).
 
 A text y_1..y_m of a key-sequence generation was drawn with ξ_{(s + i) mod n} for an offset s the
 detector does not know, and may since have lost, gained or changed tokens. The test aligns y with the
