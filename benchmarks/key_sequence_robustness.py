@@ -45,12 +45,13 @@ flags.DEFINE_float("alpha", 0.01, "verdict threshold on p", lower_bound=0.0, upp
 flags.DEFINE_list("rates", ["0", "0.1", "0.2", "0.3"], "edit rates")
 flags.DEFINE_list("edits", ["delete", "insert", "substitute"], "edit kinds (lab.edits)")
 flags.DEFINE_integer("batch_size", 8, "answers per generation call", lower_bound=1)
-flags.DEFINE_string("secret", "key-sequence-robustness", "the watermark secret (a public one: a benchmark)")
 flags.DEFINE_integer("seed", 0, "true randomness and the edits")
 flags.DEFINE_string("output", None, "JSON file for the results")
 FLAGS = flags.FLAGS
 
 KEYINGS = ("context", "key_sequence")
+SECRET = "key-sequence-robustness"
+"""The benchmark's watermark secret: a public one (never a real key on a command line)."""
 
 
 def _answers(pair, prompts, keying: str) -> list:
@@ -64,7 +65,7 @@ def _answers(pair, prompts, keying: str) -> list:
     out = []
     for batch in batching.generate_in_batches(
             pair.target, pair.target_params, ids, plen, list(range(len(prompts))), config,
-            stream_keys=lambda idx: keys.text_keys(FLAGS.secret, idx, run=run),
+            stream_keys=lambda idx: keys.text_keys(SECRET, idx, run=run),
             rngs=lambda idx: sampling.text_rngs(FLAGS.seed, idx, run), batch_size=FLAGS.batch_size,
             draft=pair.draft, draft_params=pair.draft_params):
         out.extend(np.asarray(t.tokens, np.int32) for t in batch.texts)
@@ -100,7 +101,7 @@ def main(_):
         t0 = time.perf_counter()
         answers = _answers(pair, prompts, keying)
         print(f"{keying}: {len(answers)} answers in {time.perf_counter() - t0:.0f} s", flush=True)
-        null = _pvalues(keying, answers, FLAGS.secret + "-wrong", pair.vocab_size) <= FLAGS.alpha
+        null = _pvalues(keying, answers, SECRET + "-wrong", pair.vocab_size) <= FLAGS.alpha
         results["rows"].append({"keying": keying, "edit": "none (wrong secret)", "edit_rate": 0.0, **_rate(null)})
         for kind in FLAGS.edits:
             for rate in (float(r) for r in FLAGS.rates):
@@ -110,7 +111,7 @@ def main(_):
                                              int(rate * 1000)])
                 edited = [edits.apply(kind, a, rate, rng, vocab_size=pair.vocab_size).tokens for a in answers]
                 t0 = time.perf_counter()
-                flagged = _pvalues(keying, edited, FLAGS.secret, pair.vocab_size) <= FLAGS.alpha
+                flagged = _pvalues(keying, edited, SECRET, pair.vocab_size) <= FLAGS.alpha
                 seconds = time.perf_counter() - t0
                 row = {"keying": keying, "edit": kind if rate else "none", "edit_rate": rate, **_rate(flagged),
                        "seconds_per_text": seconds / len(edited)}

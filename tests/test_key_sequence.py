@@ -113,6 +113,15 @@ def test_the_edit_test_finds_the_offset_and_survives_insertions_and_deletions(ma
     np.testing.assert_array_equal(again.pvalue, robust.pvalue)
 
 
+def test_multi_draft_texts_under_a_key_sequence_are_detected_over_their_sibling_streams():
+    """Two chains per step: the draft tokens read their sibling's re-keyed stream at their key element, and the
+    edit test searches both sibling streams (exact under H0)."""
+    text_keys = keys.text_keys(b"key-sequence-chains", range(48), run="ks2")
+    rec = detect.records_from_generation(generate(text_keys, 48, key_length=N_KEY, new=40, rng=3, num_drafts=2))
+    found = _test(rec, text_keys, siblings=2)
+    assert np.mean(found.pvalue <= 0.02) > 0.5, np.mean(found.pvalue <= 0.02)  # null: 0.02; measured 0.73
+
+
 def test_the_edit_tests_pvalues_are_exact_under_the_null(marked):
     """P(p <= 0.1) = 5/50 exactly when the text does not depend on the key: the same texts under another
     secret, and unwatermarked texts under the right one."""

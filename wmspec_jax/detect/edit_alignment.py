@@ -43,9 +43,9 @@ import numpy as np
 
 from wmspec_jax import decoders, key_sequence, methods, prf
 from wmspec_jax.detect.provenance import Provenance
-from wmspec_jax.detect.streams_compute import (_sibling_statistic, _uniform_statistic, check_sibling_weights,
-                                               statistics_provenance)
-from wmspec_jax.detect.streams_types import Records, _check_keys, check_texts
+from wmspec_jax.detect.streams_compute import (_check_siblings, _sibling_statistic, _texts_of, _uniform_statistic,
+                                               check_sibling_weights, statistics_provenance)
+from wmspec_jax.detect.streams_types import _check_keys, check_texts
 
 NULL_DOMAIN = 0x45444954
 """Domain separation of the permutation test's null keys (the bytes "EDIT")."""
@@ -188,10 +188,7 @@ def _edit_statistics(tokens, lengths, keys, gamma, *, n, num_null, statistic, dr
 
 def _text_rows(tokens, lengths, starts, vocab_size):
     """Each text's scored tokens left-aligned: int32[B, L'] and their counts int32[B]."""
-    if isinstance(tokens, Records) or all(hasattr(tokens, f) for f in ("tokens", "lengths", "starts")):
-        if lengths is not None or starts is not None:
-            raise ValueError("lengths / starts come with the typed batch of texts; pass them only with token ids")
-        tokens, lengths, starts = tokens.tokens, tokens.lengths, tokens.starts
+    tokens, lengths, starts = _texts_of(tokens, lengths, starts)
     starts = 0 if starts is None else starts
     tok, lens, st = check_texts(tokens, lengths, starts, vocab_size=vocab_size, context_width=1)
     counts = np.maximum(lens - st, 0).astype(np.int32)
@@ -242,9 +239,9 @@ def edit_test(tokens, key, *, key_length: int, vocab_size: int, lengths=None, st
         raise ValueError(f"gamma must be a finite number >= 0, got {gamma!r}")
     if isinstance(null_keys, bool) or not isinstance(null_keys, (int, np.integer)) or not 1 <= null_keys <= MAX_NULL_KEYS:
         raise ValueError(f"null_keys must be an int in [1, {MAX_NULL_KEYS}], got {null_keys!r}")
-    for name, value in (("siblings", siblings), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    _check_siblings(siblings)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     weights = check_sibling_weights(sibling_weights, int(siblings)) if siblings > 1 else None
     version = prf.check_prf_version(prf_version)
     rows, counts = _text_rows(tokens, lengths, starts, vocab_size)
