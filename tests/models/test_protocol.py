@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from wmspec_jax.models import cache as cache_lib
 from wmspec_jax.models import protocol, transformer
 from wmspec_jax.models.config import TransformerConfig
 
@@ -187,3 +188,32 @@ def test_padded_logit_width_is_minus_inf_and_maps_extra_ids(model):
     np.testing.assert_array_equal(logits[..., :CFG.vocab_size], np.asarray(ref))
     with pytest.raises(ValueError, match="outside the vocabulary \\[0, 56\\)"):
         wide.step(params, wide.init_cache(1, 4), jnp.asarray([[56]], jnp.int32), jnp.asarray([1]))
+
+
+def test_a_layer_stack_is_traced_once_and_inlined_as_the_plain_loop(monkeypatch):
+    """Layers are traced once per (shapes, window) and inlined: the jaxpr holds every layer's
+    equations (no nested call), and the hidden states equal the plain Python loop's exactly."""
+    # A config no other test traces, so the trace cache starts empty for it.
+    cfg = TransformerConfig(family="llama", vocab_size=37, hidden_size=24, intermediate_size=28, num_layers=4,
+                            num_heads=3, num_kv_heads=1, head_dim=8, rope_theta=10000.0, tie_word_embeddings=True)
+    params = transformer.init_params(cfg, jax.random.PRNGKey(1), scale=0.3)
+    tokens = jnp.asarray([[3, 7, 11, 2, 5]], jnp.int32)
+    positions = jnp.arange(5, dtype=jnp.int32)[None]
+
+    def hidden(p):
+        cache = cache_lib.init_cache(cfg, 1, 8)
+        return transformer.hidden_states(cfg, p, tokens, positions, cache, jnp.asarray([5], jnp.int32))[0]
+
+    traced = []
+    attention = transformer.attention
+    monkeypatch.setattr(transformer, "attention", lambda *a, **k: traced.append(1) or attention(*a, **k))
+    jaxpr = jax.make_jaxpr(hidden)(params)
+    assert len(traced) == 1  # one trace for the four same-shaped layers
+    calls = [e.params.get("name") for e in jaxpr.eqns if "jaxpr" in e.params]
+    assert "_layer" not in calls, f"the layers were not inlined: {calls}"
+    inlined = jax.jit(lambda p: hidden(p))(params)
+    monkeypatch.setattr(transformer, "_layer", transformer._layer.__wrapped__)  # the plain loop
+    assert len(traced) == 1
+    plain = jax.jit(lambda p: hidden(p))(params)
+    assert len(traced) == 1 + cfg.num_layers
+    np.testing.assert_array_equal(np.asarray(inlined), np.asarray(plain))
