@@ -50,7 +50,6 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.cli import model_scoring, outputs, scoring_flags
 from wmspec_jax.cli.texts import (InputError, check_not_empty, ChunksFromFirstText, is_terminal, iter_inputs,
@@ -76,13 +75,10 @@ def define_flags(fv: flags.FlagValues) -> None:
                         flag_values=fv)
     flags.DEFINE_integer("index", 0, "with --run: the text index of the first input text", lower_bound=0,
                          flag_values=fv)
-    flags.DEFINE_string("decoder", "gumbel", f"the generator's watermark decoder: {', '.join(DECODERS)}, or a "
-                        "scheme registered with wmspec_jax.decoders.register", flag_values=fv)
-    flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
-    flags.DEFINE_string("draft_decoder", None, "the generator's draft-stream decoder when it differs "
-                      "from --decoder", flag_values=fv)
-    flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
-                         lower_bound=1, flag_values=fv)
+    cli_flags.define_scheme_flags(
+        fv, decoder_help=f"the generator's watermark decoder: {', '.join(DECODERS)}, or a scheme registered "
+        "with wmspec_jax.decoders.register", draft_decoder_help="the generator's draft-stream decoder when it "
+        "differs from --decoder")
     flags.DEFINE_integer("siblings", 1, "multi-draft texts: the most children of a node of the generator's draft "
                          "tree (a line's draft_tree gives it); the draft statistic searches that many sibling "
                          "streams", lower_bound=1, flag_values=fv)
@@ -329,8 +325,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
 
             n = data.write_human_texts(fv.write_human_texts)
         except (InputError, ValueError, OSError) as e:
-            print(f"{PROG}: error: {e}", file=stderr)
-            return 2
+            return cli_flags.refuse(PROG, e, stderr)
         print(f"{PROG}: wrote {n} built-in human texts to {fv.write_human_texts}", file=stderr)
         return 0
     cli_flags.enable_compilation_cache()
@@ -363,8 +358,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
         else:
             stream_lines(results, lambda text: (stdout.write(text), stdout.flush()))
     except (InputError, ValueError, OSError) as e:
-        print(f"{PROG}: error: {e}", file=stderr)
-        return 2
+        return cli_flags.refuse(PROG, e, stderr)
     if as_table:
         write_lines(stdout, [scoring.results_table(kept)])
     if fv.timing:
@@ -372,9 +366,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     return 0
 
 
-def main() -> None:
-    """Console-script entry point (``wmspec-detect``)."""
-    sys.exit(run(sys.argv))
+main = cli_flags.console_entry(run)  # ``wmspec-detect``
 
 
 if __name__ == "__main__":

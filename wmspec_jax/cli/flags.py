@@ -21,10 +21,12 @@ command-line tools use a fresh one per call, so they can be run in-process
 from __future__ import annotations
 
 import os
+import sys
 
 from absl import flags
 
 from wmspec_jax import keys
+from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli.texts import FORMATS
 
 PAIR_FLAG_HELP = {
@@ -96,6 +98,16 @@ def define_input_flags(fv: flags.FlagValues, *, what: str, text_format: str, fie
     flags.DEFINE_string(f"{field}_field", field, f"the JSONL field holding the {field}", flag_values=fv)
 
 
+def define_scheme_flags(fv: flags.FlagValues, *, decoder_help: str, draft_decoder_help: str) -> None:
+    """``--decoder``, ``--synthid_layers``, ``--draft_decoder`` and ``--context_width``: the watermark
+    scheme, as ``wmspec-generate`` applies it and ``wmspec-detect`` scores it."""
+    flags.DEFINE_string("decoder", "gumbel", decoder_help, flag_values=fv)
+    flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
+    flags.DEFINE_string("draft_decoder", None, draft_decoder_help, flag_values=fv)
+    flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
+                         lower_bound=1, flag_values=fv)
+
+
 def parse_tool_argv(fv: flags.FlagValues, argv, prog: str, help_text, stdout, stderr) -> tuple:
     """(status, positional arguments) of a tool's ``argv`` (``argv[0]``: the program name).
 
@@ -107,8 +119,7 @@ def parse_tool_argv(fv: flags.FlagValues, argv, prog: str, help_text, stdout, st
     try:
         return None, fv(list(argv))[1:]
     except flags.Error as e:
-        print(f"{prog}: error: {e} (see --help)", file=stderr)
-        return 2, []
+        return refuse(prog, f"{e} (see --help)", stderr), []
 
 
 def enable_compilation_cache() -> str | None:
@@ -134,5 +145,22 @@ def enable_compilation_cache() -> str | None:
     return path
 
 
-__all__ = ["HELP_ARGS", "PAIR_FLAG_HELP", "SECRET_FLAGS", "define_input_flags", "define_pair_flags",
-           "define_secret_flags", "enable_compilation_cache", "parse_tool_argv", "secret_from_flags"]
+def console_entry(run):
+    """A tool's console-script entry point: a function of no arguments that exits with ``run(sys.argv)``'s
+    status (``run`` takes the argv list, ``argv[0]`` the program name)."""
+    def main() -> None:
+        sys.exit(run(sys.argv))
+
+    main.__doc__ = f"Console-script entry point of {run.__module__}: exits with its run(sys.argv)."
+    return main
+
+
+def refuse(prog: str, error, stderr) -> int:
+    """Writes ``prog: error: …`` to ``stderr``; returns the tools' exit status for a refused input (2)."""
+    print(f"{prog}: error: {error}", file=stderr)
+    return 2
+
+
+__all__ = ["HELP_ARGS", "PAIR_FLAG_HELP", "SECRET_FLAGS", "console_entry", "define_input_flags",
+           "define_pair_flags", "define_scheme_flags", "define_secret_flags", "enable_compilation_cache", "parse_tool_argv", "refuse",
+           "secret_from_flags"]

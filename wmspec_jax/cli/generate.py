@@ -105,19 +105,16 @@ def define_flags(fv: flags.FlagValues) -> None:
                         "(its depth is K; instead of --num_drafts)", flag_values=fv)
     flags.DEFINE_bool("distinct_drafts", False, "draw the siblings of a node without replacement "
                       "(--num_drafts / --draft_tree)", flag_values=fv)
-    flags.DEFINE_string("decoder", "gumbel", f"watermark decoder: {', '.join(cli_flags.DECODER_NAMES)} "
-                        "(gamma_reweight: DiPmark with alpha 1/2), or a scheme registered with "
-                        "wmspec_jax.decoders.register", flag_values=fv)
     flags.DEFINE_list("decoder_option", [], "settings of a registered scheme beyond the flags below, as "
                       "name=value (values read as JSON, else as text)", flag_values=fv)
-    flags.DEFINE_integer("synthid_layers", 30, "SynthID tournament layers m", lower_bound=1, flag_values=fv)
     flags.DEFINE_float("dipmark_alpha", 0.45, "DiPmark's alpha in [0, 1/2] (--decoder=dipmark)", flag_values=fv)
     flags.DEFINE_float("kgw_gamma", 0.25, "KGW's green fraction gamma in (0, 1) (--decoder=kgw)", flag_values=fv)
     flags.DEFINE_float("kgw_delta", 2.0, "KGW's logit bias delta in [0, 64] (--decoder=kgw)", flag_values=fv)
-    flags.DEFINE_string("draft_decoder", None, "the draft stream's decoder when it differs from --decoder (hu, "
-                        "dathathri, pseudorandom; its settings from the same flags)", flag_values=fv)
-    flags.DEFINE_integer("context_width", prf.DEFAULT_CONTEXT_WIDTH, "context width h of the watermark",
-                         lower_bound=1, flag_values=fv)
+    cli_flags.define_scheme_flags(
+        fv, decoder_help=f"watermark decoder: {', '.join(cli_flags.DECODER_NAMES)} (gamma_reweight: DiPmark with "
+        "alpha 1/2), or a scheme registered with wmspec_jax.decoders.register",
+        draft_decoder_help="the draft stream's decoder when it differs from --decoder (hu, dathathri, "
+        "pseudorandom; its settings from the same flags)")
     flags.DEFINE_integer("key_sequence", 0, "key the streams by a key sequence of this length n with a random "
                          "offset per text (Kuditipudi et al.; 256 is theirs; edit-robust detection), not by "
                          "context; 0: by context", lower_bound=0, flag_values=fv)
@@ -508,15 +505,12 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     try:
         n = generate_texts(fv, paths, stdin=stdin, stdout=stdout, stderr=stderr)
     except (InputError, ValueError, TypeError, OSError, storage.OutputDirLocked, hf.CheckpointError) as e:
-        print(f"{PROG}: error: {e}", file=stderr)
-        return 2
+        return cli_flags.refuse(PROG, e, stderr)
     print(f"{PROG}: generated {n} texts" + (f" into {fv.output}" if fv.output not in (None, "-") else ""), file=stderr)
     return 0
 
 
-def main() -> None:
-    """Console-script entry point (``wmspec-generate``)."""
-    sys.exit(run(sys.argv))
+main = cli_flags.console_entry(run)  # ``wmspec-generate``
 
 
 if __name__ == "__main__":

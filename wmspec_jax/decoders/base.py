@@ -66,7 +66,8 @@ class WatermarkDecoder(metaclass=_BuildByName):
     ``private_sampling`` (the token is drawn from S(P, ζ) with private randomness, not as a function
     of ζ), ``target_stream_statistic`` (every token's statistic is the target stream's, as KGW's one
     green list for draft and target), ``statistic_needs_vocab`` (:meth:`token_statistic` depends on V),
-    ``record_fields`` (the :data:`SETTINGS_FIELDS` its :meth:`settings` fills).
+    ``record_fields`` (the :data:`SETTINGS_FIELDS` its :meth:`settings` fills); ``title``, optional:
+    its name in tables when it has no settings to show (:attr:`label`; default its kind).
     ``num_layers``, ``alpha``, ``gamma`` and ``delta`` are 0 where a
     scheme has no such setting.
     """
@@ -85,32 +86,16 @@ class WatermarkDecoder(metaclass=_BuildByName):
     gamma = 0.0
     delta = 0.0
 
-    # -- names ------------------------------------------------------------------------------------
+    # -- names (a scheme with settings overrides ``name`` and ``label`` to show them) ---------------
 
-    @property
-    def statistic(self) -> str:
-        """The per-token statistic detection recomputes for its texts (its name in provenance records)."""
-        return self.kind
-
-    @property
-    def name(self) -> str:
-        """Short identifier for file names and JSON keys."""
-        return self.kind
-
-    @property
-    def label(self) -> str:
-        """Human-readable label for tables and plots."""
-        return self.kind
-
-    @property
-    def family_label(self) -> str:
-        """The scheme's name in tables, without settings."""
-        return self.label
-
-    @property
-    def run_tag(self) -> str:
-        """The scheme's part of an experiment run's name."""
-        return self.name
+    title: ClassVar[str] = ""
+    statistic = property(lambda self: self.kind, doc="The per-token statistic detection recomputes for its "
+                         "texts (its name in provenance records).")
+    name = property(lambda self: self.kind, doc="Short identifier for file names and JSON keys.")
+    label = property(lambda self: self.title or self.kind,
+                     doc="Human-readable label for tables and plots (the class's ``title``, else its kind).")
+    family_label = property(lambda self: self.label, doc="The scheme's name in tables, without settings.")
+    run_tag = property(lambda self: self.name, doc="The scheme's part of an experiment run's name.")
 
     # -- settings ---------------------------------------------------------------------------------
 

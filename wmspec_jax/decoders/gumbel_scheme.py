@@ -22,13 +22,10 @@ class GumbelMax(WatermarkDecoder):
     """Gumbel-max, Eq. 2 (no settings)."""
 
     kind: ClassVar[str] = GUMBEL
+    title: ClassVar[str] = "Gumbel-max"
     record_fields: ClassVar[tuple] = ()
     family: ClassVar[str] = GUMBEL
     degenerate: ClassVar[bool] = True
-
-    @property
-    def label(self) -> str:
-        return "Gumbel-max"
 
     def watermark_index(self, weights, ids, seeds, uniform=None):
         tokens = candidate_tokens(weights, ids)

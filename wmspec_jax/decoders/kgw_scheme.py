@@ -53,13 +53,8 @@ class KGWDecoder(WatermarkDecoder):
     def build(cls, num_layers=None, alpha=None, gamma=DEFAULT_KGW_GAMMA, delta=DEFAULT_KGW_DELTA, options=None):
         return cls(gamma, delta)
 
-    @property
-    def name(self) -> str:
-        return f"kgw_g{self.gamma:g}_d{self.delta:g}"
-
-    @property
-    def label(self) -> str:
-        return f"KGW(γ={self.gamma:g}, δ={self.delta:g})"
+    name = property(lambda self: f"kgw_g{self.gamma:g}_d{self.delta:g}")
+    label = property(lambda self: f"KGW(γ={self.gamma:g}, δ={self.delta:g})")
 
     def settings(self) -> dict:
         return {"kgw_gamma": self.gamma, "kgw_delta": self.delta}

@@ -60,12 +60,9 @@ class InverseTransform(_Permuted):
     """Inverse-transform sampling along π (no settings)."""
 
     kind: ClassVar[str] = INVERSE_TRANSFORM
+    title: ClassVar[str] = "Inverse transform"
     record_fields: ClassVar[tuple] = ()
     degenerate: ClassVar[bool] = True
-
-    @property
-    def label(self) -> str:
-        return "Inverse transform"
 
     def watermark_index(self, weights, ids, seeds, uniform=None):
         tokens = candidate_tokens(weights, ids)
@@ -105,13 +102,8 @@ class DiPmark(_Permuted):
     def build(cls, num_layers=None, alpha=DEFAULT_DIPMARK_ALPHA, gamma=None, delta=None, options=None):
         return cls(alpha)
 
-    @property
-    def name(self) -> str:
-        return GAMMA_REWEIGHT if self.alpha == 0.5 else f"dipmark_a{self.alpha:g}"
-
-    @property
-    def label(self) -> str:
-        return "γ-reweight" if self.alpha == 0.5 else f"DiPmark(α={self.alpha:g})"
+    name = property(lambda self: GAMMA_REWEIGHT if self.alpha == 0.5 else f"dipmark_a{self.alpha:g}")
+    label = property(lambda self: "γ-reweight" if self.alpha == 0.5 else f"DiPmark(α={self.alpha:g})")
 
     def settings(self) -> dict:
         return {"dipmark_alpha": self.alpha}

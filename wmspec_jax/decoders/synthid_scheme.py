@@ -51,21 +51,10 @@ class SynthID(WatermarkDecoder):
     def statistic(self) -> str:
         return SYNTHID  # both SynthID kinds draw from the same g-values
 
-    @property
-    def name(self) -> str:
-        return f"synthid_m{self.num_layers}"
-
-    @property
-    def label(self) -> str:
-        return f"SynthID(m={self.num_layers})"
-
-    @property
-    def family_label(self) -> str:
-        return "SynthID"
-
-    @property
-    def run_tag(self) -> str:
-        return f"synthid{self.num_layers}"
+    name = property(lambda self: f"synthid_m{self.num_layers}")
+    label = property(lambda self: f"SynthID(m={self.num_layers})")
+    family_label = property(lambda self: "SynthID")
+    run_tag = property(lambda self: f"synthid{self.num_layers}")
 
     def settings(self) -> dict:
         return {"synthid_layers": self.num_layers}
@@ -106,13 +95,8 @@ class SynthIDLimit(SynthID):
     kind: ClassVar[str] = SYNTHID_LIMIT
     degenerate: ClassVar[bool] = True
 
-    @property
-    def name(self) -> str:
-        return f"synthid_inf_m{self.num_layers}"
-
-    @property
-    def label(self) -> str:
-        return "SynthID(m=∞)"
+    name = property(lambda self: f"synthid_inf_m{self.num_layers}")
+    label = property(lambda self: "SynthID(m=∞)")
 
     def watermark_index(self, weights, ids, seeds, uniform=None):
         return first_argmax(self._tournament(weights, ids, seeds))

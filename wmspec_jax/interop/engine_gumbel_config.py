@@ -23,14 +23,13 @@ _FINGERPRINT_DOMAIN = b"wmspec-interop/vllm-watermark-key/fingerprint"
 
 def _config_mapping(data) -> Mapping[str, Any]:
     """vLLM's ``--watermark-config`` as a mapping (given as one, or as its JSON text)."""
-    if isinstance(data, (str, bytes)):
-        try:
-            data = json.loads(data)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"the watermark config is not valid JSON: {err}") from None
-    if not isinstance(data, Mapping):
-        raise TypeError(f"the watermark config must be a mapping or JSON object, got {type(data).__name__}")
-    return data
+    try:
+        data = json.loads(data) if isinstance(data, (str, bytes)) else data
+    except json.JSONDecodeError as err:
+        raise ValueError(f"the watermark config is not valid JSON: {err}") from None
+    if isinstance(data, Mapping):
+        return data
+    raise TypeError(f"the watermark config must be a mapping or JSON object, got {type(data).__name__}")
 
 
 def _check_key(key) -> int:

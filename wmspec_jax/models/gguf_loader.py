@@ -34,21 +34,11 @@ import numpy as np
 
 from wmspec_jax.models.config import TransformerConfig, UnsupportedModelError
 from wmspec_jax.models.gguf_file import GGUFFile
-from wmspec_jax.models.hf import CheckpointError
+from wmspec_jax.models.hf import LLAMA_LAYER_TENSORS, CheckpointError
 from wmspec_jax.models.transformer import check_params, layer_shapes
 
 # GGUF tensor name inside block i -> (our name, transpose from [out, in])
-_BLOCK_MAP = {
-    "attn_norm.weight": ("attn_norm", False),
-    "attn_q.weight": ("wq", True),
-    "attn_k.weight": ("wk", True),
-    "attn_v.weight": ("wv", True),
-    "attn_output.weight": ("wo", True),
-    "ffn_norm.weight": ("mlp_norm", False),
-    "ffn_gate.weight": ("w_gate", True),
-    "ffn_up.weight": ("w_up", True),
-    "ffn_down.weight": ("w_down", True),
-}
+_BLOCK_MAP = {gguf_name: (ours, ours.startswith("w")) for ours, _, gguf_name in LLAMA_LAYER_TENSORS}
 _BLOCK_RE = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 

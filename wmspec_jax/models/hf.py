@@ -47,18 +47,24 @@ class IncompatibleModelsError(ValueError):
     """A draft and a target cannot be paired for speculative sampling."""
 
 
+# A Llama-family layer's tensors: (our param name, HF name inside ``model.layers.{i}.``, GGUF name inside
+# ``blk.{i}.``). Both formats store matrices [out, in]; ours are [in, out], so every ``w*`` is transposed.
+LLAMA_LAYER_TENSORS = (
+    ("attn_norm", "input_layernorm.weight", "attn_norm.weight"),
+    ("wq", "self_attn.q_proj.weight", "attn_q.weight"),
+    ("wk", "self_attn.k_proj.weight", "attn_k.weight"),
+    ("wv", "self_attn.v_proj.weight", "attn_v.weight"),
+    ("wo", "self_attn.o_proj.weight", "attn_output.weight"),
+    ("mlp_norm", "post_attention_layernorm.weight", "ffn_norm.weight"),
+    ("w_gate", "mlp.gate_proj.weight", "ffn_gate.weight"),
+    ("w_up", "mlp.up_proj.weight", "ffn_up.weight"),
+    ("w_down", "mlp.down_proj.weight", "ffn_down.weight"),
+)
+
+
 def layer_tensor_map(config: TransformerConfig) -> dict[str, tuple[str, bool]]:
     """HF tensor name inside ``model.layers.{i}.`` -> (our param name, transpose?)."""
-    out = {
-        "input_layernorm.weight": ("attn_norm", False),
-        "self_attn.q_proj.weight": ("wq", True),
-        "self_attn.k_proj.weight": ("wk", True),
-        "self_attn.v_proj.weight": ("wv", True),
-        "self_attn.o_proj.weight": ("wo", True),
-        "mlp.gate_proj.weight": ("w_gate", True),
-        "mlp.up_proj.weight": ("w_up", True),
-        "mlp.down_proj.weight": ("w_down", True),
-    }
+    out = {hf_name: (ours, ours.startswith("w")) for ours, hf_name, _ in LLAMA_LAYER_TENSORS}
     if config.sandwich_norms:
         # Gemma-2: post_attention_layernorm normalises the attention output;
         # the pre-MLP norm is pre_feedforward_layernorm.
@@ -459,6 +465,7 @@ def cast_params(params, dtype=None):
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a, dtype), params)
 
 
-__all__ = ["Checkpoint", "CheckpointError", "IncompatibleModelsError", "cast_params", "chat_end_of_turn_id",
-           "check_compatible", "generation_eos_id", "layer_tensor_map", "load_checkpoint", "load_pair", "load_params",
-           "load_tokenizer", "read_config", "read_config_json", "stop_token_ids", "tokenizer_differences"]
+__all__ = ["Checkpoint", "CheckpointError", "IncompatibleModelsError", "LLAMA_LAYER_TENSORS", "cast_params",
+           "chat_end_of_turn_id", "check_compatible", "generation_eos_id", "layer_tensor_map", "load_checkpoint",
+           "load_pair", "load_params", "load_tokenizer", "read_config", "read_config_json", "stop_token_ids",
+           "tokenizer_differences"]
