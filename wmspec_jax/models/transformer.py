@@ -119,10 +119,13 @@ def decoder_stack(config: TransformerConfig, params: Params, x: jax.Array, posit
         raise ValueError(f"the config has {config.num_layers} layers, the params {len(layers)} and "
                          f"the cache {len(cache.k)}")
     k_cache, v_cache = list(cache.k), list(cache.v)
+    # Traced: the inlined jit (traced once per shape); eager: op by op, as the plain loop (a jit called
+    # eagerly would compile a program per shape instead).
+    run_layer = _layer if isinstance(x, jax.core.Tracer) else _layer.__wrapped__
     for layer, (lp, window) in enumerate(zip(layers, config.attention_windows().tolist())):
-        x, k_cache[layer], v_cache[layer] = _layer(config, lp, x, k_cache[layer], v_cache[layer], positions,
-                                                   slots_out, inv_freq, tree, window=window,
-                                                   attention_block=attention_block)
+        x, k_cache[layer], v_cache[layer] = run_layer(config, lp, x, k_cache[layer], v_cache[layer], positions,
+                                                      slots_out, inv_freq, tree, window=window,
+                                                      attention_block=attention_block)
     h = rms_norm(x, params["final_norm"], config)
     return h, KVCache(tuple(k_cache), tuple(v_cache), lengths.astype(jnp.int32))
 
