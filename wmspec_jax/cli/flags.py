@@ -162,5 +162,5 @@ def refuse(prog: str, error, stderr) -> int:
 
 
 __all__ = ["HELP_ARGS", "PAIR_FLAG_HELP", "SECRET_FLAGS", "console_entry", "define_input_flags",
-           "define_pair_flags", "define_scheme_flags", "define_secret_flags", "enable_compilation_cache", "parse_tool_argv", "refuse",
-           "secret_from_flags"]
+           "define_pair_flags", "define_scheme_flags", "define_secret_flags", "enable_compilation_cache",
+           "parse_tool_argv", "refuse", "secret_from_flags"]
