@@ -5,12 +5,14 @@ Phases (seconds, in order): ``import_jax``; ``import_wmspec`` (the generation mo
 (the built-in pair: tokenizer, mapped weights, draft); ``trace`` and ``lower`` (the generation loop
 for these shapes, paid by every process, the cache holds compiled programs only); ``compile`` (a hit
 in the persistent cache: loading the compiled loop); ``generate`` (the loop, one row, 96 tokens by
-default, Alg. 1 with Gumbel-max and K = 3, as ``wmspec-generate``'s defaults). The first process
+default, Alg. 1 with Gumbel-max and K = 3, as ``wmspec-generate``'s defaults; ``--method=basic``: the
+watermarked target alone, one token per step, the floor a draft has to beat). The first process
 runs with an empty cache directory ("cold"), ``--repeats`` more with the one it filled ("warm":
 median, min and max per phase).
 
   python -m benchmarks.generation_phases
   python -m benchmarks.generation_phases --repeats=5 --output=results/generation_phases.json
+  python -m benchmarks.generation_phases --method=basic --dtype=bfloat16
 
 Writes ``--output`` (JSON) atomically: ``cold`` and ``warm`` phase tables, the loop's steps and
 tokens, the load average before and after.
@@ -31,6 +33,11 @@ from absl import app, flags
 
 flags.DEFINE_integer("repeats", 3, "warm processes", lower_bound=1)
 flags.DEFINE_integer("max_new_tokens", 96, "tokens of the generated answer", lower_bound=1)
+flags.DEFINE_enum("method", "pseudorandom", ["pseudorandom", "basic"],
+                  "pseudorandom: Alg. 1 with the built-in draft (wmspec-generate's default); basic: the "
+                  "watermarked target alone, one token per step (the floor a draft has to beat)")
+flags.DEFINE_integer("lookahead", 3, "draft tokens per step (K) of the pseudorandom method", lower_bound=1)
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "the pair's weights and caches")
 flags.DEFINE_string("output", "results/generation_phases.json", "JSON output")
 flags.DEFINE_bool("child", False, "time the phases in this process and print them as one JSON line")
 FLAGS = flags.FLAGS
@@ -56,15 +63,16 @@ def _child() -> dict:
 
     cli_flags.enable_compilation_cache()
     done("import_wmspec")
-    pair = pairs.load_pair(pairs.BUILTIN, pairs.BUILTIN, "float32")
+    pair = pairs.load_pair(pairs.BUILTIN, pairs.BUILTIN, FLAGS.dtype)
     prompts, lengths = pairs.encode_prompts(pair, [PROMPT], "question", 256, too_long="error")
     done("load_pair")
     config = speculative.SpeculativeConfig.from_setting(
-        "pseudorandom", decoders.GumbelMax(), 3, max_new_tokens=FLAGS.max_new_tokens, eos_id=None,
+        FLAGS.method, decoders.GumbelMax(), FLAGS.lookahead if FLAGS.method == "pseudorandom" else 0,
+        max_new_tokens=FLAGS.max_new_tokens, eos_id=None,
         pad_id=pair.pad_id)
+    draft = (pair.draft, pair.draft_params) if config.lookahead else (None, None)
     args = speculative._loop_arguments(pair.target, pair.target_params, prompts, lengths, SECRET,
-                                       sampling.text_rngs(0, [0], run="phases"), config, pair.draft,
-                                       pair.draft_params)
+                                       sampling.text_rngs(0, [0], run="phases"), config, *draft)
     traced = speculative._generate_jit.trace(*args)
     done("trace")
     lowered = traced.lower()
@@ -80,7 +88,8 @@ def _child() -> dict:
 
 def _process(env: dict) -> dict:
     cmd = [sys.executable, "-m", "benchmarks.generation_phases", "--child",
-           f"--max_new_tokens={FLAGS.max_new_tokens}"]
+           f"--max_new_tokens={FLAGS.max_new_tokens}", f"--method={FLAGS.method}",
+           f"--lookahead={FLAGS.lookahead}", f"--dtype={FLAGS.dtype}"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode:
         raise SystemExit(f"the timed process failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -113,7 +122,8 @@ def main(argv):
     print(f"  {'sum':14s} cold {sum(cold['seconds'].values()):6.2f} s   warm {total:6.2f} s; "
           f"{cold['tokens']} tokens in {cold['steps']} steps")
     storage.atomic_write_json(FLAGS.output, {
-        "repeats": FLAGS.repeats, "cpu_count": os.cpu_count(), "cold": cold["seconds"], "warm": table,
+        "repeats": FLAGS.repeats, "method": FLAGS.method, "lookahead": FLAGS.lookahead, "dtype": FLAGS.dtype,
+        "cpu_count": os.cpu_count(), "cold": cold["seconds"], "warm": table,
         "steps": cold["steps"], "tokens": cold["tokens"], "load_average_before": list(load_before),
         "load_average_after": list(os.getloadavg())})
     print(f"wrote {FLAGS.output}")

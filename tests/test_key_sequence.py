@@ -19,6 +19,19 @@ N_KEY = 32  # key length n of the detection tests
 NULL_KEYS = 49  # T: p-values in multiples of 1/50
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _edit_test_compiled_at_full_optimisation():
+    """The suite compiles at XLA's lowest backend optimisation level (``scripts/run_tests.sh``: programs
+    compile faster and mostly run for milliseconds); the edit test's DP is a tight compute loop that runs
+    about 15x slower there (the 96 texts below: 66 s against 4-5 s), so its program is compiled here at the
+    default level. The same function: only the compiler's optimisation differs."""
+    fast = jax.jit(edit_alignment._edit_statistics.__wrapped__, static_argnames=edit_alignment._STATIC_ARGNAMES,
+                   compiler_options={"xla_backend_optimization_level": 3})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(edit_alignment, "_edit_statistics", fast)
+        yield
+
+
 def generate(keys_, n, *, key_length, new, method="pseudorandom", rng=0, tables=(DETECT_P, DETECT_Q), **extra):
     p_tab, q_tab = tables
     cfg = speculative.SpeculativeConfig(method=method, decoder=decoders.gumbel(),

@@ -174,8 +174,11 @@ def _alignment(costs, lengths, gamma):
     return best.min(-1), best.argmin(-1).astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("n", "num_null", "statistic", "draft_statistic", "w", "siblings",
-                                             "weights", "version", "vocab_size"))
+_STATIC_ARGNAMES = ("n", "num_null", "statistic", "draft_statistic", "w", "siblings", "weights", "version",
+                    "vocab_size")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC_ARGNAMES)
 def _edit_statistics(tokens, lengths, keys, gamma, *, n, num_null, statistic, draft_statistic, w, siblings,
                      weights, version, vocab_size):
     def one_key(stream_keys):  # [B, 3, 2]: one key's costs and alignment at a time
