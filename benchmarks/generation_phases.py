@@ -3,8 +3,11 @@ processes with the tools' persistent compilation cache.
 
 Phases (seconds, in order): ``import_jax``; ``import_wmspec`` (the generation modules); ``load_pair``
 (the built-in pair: tokenizer, mapped weights, draft); ``trace`` and ``lower`` (the generation loop
-for these shapes, paid by every process, the cache holds compiled programs only); ``compile`` (a hit
-in the persistent cache: loading the compiled loop); ``generate`` (the loop, one row, 96 tokens by
+for these shapes: JAX's persistent cache holds compiled programs keyed by the lowered program, so
+a process that compiles through ``jax.jit`` pays them); ``compile`` (a hit in the persistent cache:
+loading the compiled loop); with ``--path=store`` (what ``wmspec-generate`` does) ``trace`` and
+``lower`` are 0 and ``compile`` is getting the loop from :mod:`wmspec_jax.executable_store` (a
+cold process traces, lowers, compiles and stores it; a warm one loads it); ``generate`` (the loop, one row, 96 tokens by
 default, Alg. 1 with Gumbel-max and K = 3, as ``wmspec-generate``'s defaults; ``--method=basic``: the
 watermarked target alone, one token per step, the floor a draft has to beat). The first process
 runs with an empty cache directory ("cold"), ``--repeats`` more with the one it filled ("warm":
@@ -13,6 +16,7 @@ median, min and max per phase).
   python -m benchmarks.generation_phases
   python -m benchmarks.generation_phases --repeats=5 --output=results/generation_phases.json
   python -m benchmarks.generation_phases --method=basic --dtype=bfloat16
+  python -m benchmarks.generation_phases --path=jit      # traced and lowered in every process
 
 Writes ``--output`` (JSON) atomically: ``cold`` and ``warm`` phase tables, the loop's steps and
 tokens, the load average before and after.
@@ -38,6 +42,9 @@ flags.DEFINE_enum("method", "pseudorandom", ["pseudorandom", "basic"],
                   "watermarked target alone, one token per step (the floor a draft has to beat)")
 flags.DEFINE_integer("lookahead", 3, "draft tokens per step (K) of the pseudorandom method", lower_bound=1)
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "the pair's weights and caches")
+flags.DEFINE_enum("path", "store", ["store", "jit"],
+                  "store: the loop through wmspec_jax.executable_store, as wmspec-generate (a warm process "
+                  "loads it without tracing); jit: traced, lowered and looked up in JAX's persistent cache")
 flags.DEFINE_string("output", "results/generation_phases.json", "JSON output")
 flags.DEFINE_bool("child", False, "time the phases in this process and print them as one JSON line")
 FLAGS = flags.FLAGS
@@ -73,12 +80,20 @@ def _child() -> dict:
     draft = (pair.draft, pair.draft_params) if config.lookahead else (None, None)
     args = speculative._loop_arguments(pair.target, pair.target_params, prompts, lengths, SECRET,
                                        sampling.text_rngs(0, [0], run="phases"), config, *draft)
-    traced = speculative._generate_jit.trace(*args)
-    done("trace")
-    lowered = traced.lower()
-    done("lower")
-    compiled = lowered.compile()
-    done("compile")
+    if FLAGS.path == "store":
+        done("trace")
+        done("lower")
+        compiled = speculative._stored_program(args)
+        if compiled is None:
+            raise SystemExit("the built-in pair's loop has no key in the executable store")
+        done("compile")
+    else:
+        traced = speculative._generate_jit.trace(*args)
+        done("trace")
+        lowered = traced.lower()
+        done("lower")
+        compiled = lowered.compile()
+        done("compile")
     result, _ = compiled(*args[3:])
     jax.block_until_ready(result.tokens)
     done("generate")
@@ -89,7 +104,7 @@ def _child() -> dict:
 def _process(env: dict) -> dict:
     cmd = [sys.executable, "-m", "benchmarks.generation_phases", "--child",
            f"--max_new_tokens={FLAGS.max_new_tokens}", f"--method={FLAGS.method}",
-           f"--lookahead={FLAGS.lookahead}", f"--dtype={FLAGS.dtype}"]
+           f"--lookahead={FLAGS.lookahead}", f"--dtype={FLAGS.dtype}", f"--path={FLAGS.path}"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode:
         raise SystemExit(f"the timed process failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -122,7 +137,7 @@ def main(argv):
     print(f"  {'sum':14s} cold {sum(cold['seconds'].values()):6.2f} s   warm {total:6.2f} s; "
           f"{cold['tokens']} tokens in {cold['steps']} steps")
     storage.atomic_write_json(FLAGS.output, {
-        "repeats": FLAGS.repeats, "method": FLAGS.method, "lookahead": FLAGS.lookahead, "dtype": FLAGS.dtype,
+        "repeats": FLAGS.repeats, "path": FLAGS.path, "method": FLAGS.method, "lookahead": FLAGS.lookahead, "dtype": FLAGS.dtype,
         "cpu_count": os.cpu_count(), "cold": cold["seconds"], "warm": table,
         "steps": cold["steps"], "tokens": cold["tokens"], "load_average_before": list(load_before),
         "load_average_after": list(os.getloadavg())})

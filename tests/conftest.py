@@ -68,4 +68,17 @@ def _free_compiled_programs():
     jax = sys.modules.get("jax")
     if jax is not None:
         jax.clear_caches()
+    store = sys.modules.get("wmspec_jax.executable_store")
+    if store is not None:
+        store.forget()
     gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _executable_store_off_after_each_test():
+    """A tool run in-process turns the executable store on for the worker's life; library tests after
+    it trace and compile through ``jax.jit`` as they would in a user's program."""
+    yield
+    store = sys.modules.get("wmspec_jax.executable_store")
+    if store is not None and store.directory() is not None:
+        store.enable(None)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, key_sequence, multidraft, prf, sampling, stages, validation
+from wmspec_jax import decoders, executable_store, key_sequence, multidraft, prf, sampling, stages, validation
 from wmspec_jax.lm import DraftModel, LanguageModel
 from wmspec_jax.methods import METHODS, Method
 
@@ -333,10 +333,15 @@ def generate(
     Returns:
       :class:`GenerationResult`. Raises ValueError if a model produced NaN
       or +inf logits.
+
+    With :mod:`wmspec_jax.executable_store` enabled (the command-line tools
+    enable it) the compiled loop comes from there: a fresh process loads it
+    without tracing, when every static argument has a description there.
     """
     args = _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_key, rng, config,
                            draft, draft_params)
-    result, nonfinite = _generate_jit(*args)
+    stored = _stored_program(args)
+    result, nonfinite = _generate_jit(*args) if stored is None else stored(*args[3:])
     bad = np.flatnonzero(_host_value(nonfinite))
     if bad.size:
         raise ValueError(f"model produced NaN or +inf logits in rows {bad.tolist()}")
@@ -354,7 +359,15 @@ def precompile(target, target_params, prompts, prompt_lengths, watermark_key, rn
     """
     args = _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_key, rng, config,
                            draft, draft_params)
-    _generate_jit.lower(*args).compile()
+    if _stored_program(args) is None:
+        _generate_jit.lower(*args).compile()
+
+
+def _stored_program(args: tuple):
+    """The loop compiled for ``args`` from :mod:`wmspec_jax.executable_store` (loaded or compiled and
+    stored), or None when the store is off or a static argument has no description there."""
+    return executable_store.compiled("speculative.generate", _generate_jit, args, 3,
+                                     [executable_store.describe(a) for a in args[:3]])
 
 
 def _host_value(x) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Where the package keeps what it can rebuild but should not rebuild on every run.
 
 One directory, ``$WMSPEC_CACHE_DIR`` or ``~/.cache/wmspec_jax``: ``xla/`` (the
-command-line tools' persistent compilation cache), ``tokenizers/`` (the
+command-line tools' persistent compilation cache), ``executables/`` (their
+generation loops, loaded without tracing: :mod:`wmspec_jax.executable_store`), ``tokenizers/`` (the
 built-in tokenizer, which takes seconds to rebuild from the GGUF file's
 metadata and a tenth of a second to load) and ``weights/`` (the built-in
 target's dequantised float32 weights, ~0.5 GB, which take seconds to convert

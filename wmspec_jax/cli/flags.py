@@ -130,10 +130,13 @@ def enable_compilation_cache() -> str | None:
     disk instead of compiling. Directory: ``$JAX_COMPILATION_CACHE_DIR`` when
     set, else ``xla/`` of :mod:`wmspec_jax.user_cache` (off with
     ``WMSPEC_CACHE_DIR=""``). Entries are keyed by the program, the JAX
-    version and the device, so a stale one is never used.
+    version and the device, so a stale one is never used. The generation
+    loop is also kept in :mod:`wmspec_jax.executable_store` (``executables/``
+    of the user cache), which a later run loads without tracing it.
     """
-    from wmspec_jax import user_cache
+    from wmspec_jax import executable_store, user_cache
 
+    executable_store.enable(user_cache.directory("executables"))
     path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or user_cache.directory("xla")
     if not path:
         return None
