@@ -27,7 +27,9 @@ is not enabled (:func:`enable`; the tools enable it beside JAX's cache). The arg
 **Safety.** An entry is JAX's serialised executable, a pickle: loading one can run code. Entries are
 written with mode 0600 into a directory of mode 0700, and only files owned by this user, in a
 directory owned by this user, neither writable by group or others, are ever read; a damaged or
-foreign entry is ignored (compiled anew and replaced). The ``MAX_ENTRIES`` most recently used entries
+foreign entry is ignored (compiled anew and replaced). Only a program this process compiled is
+stored, never one JAX loaded from its persistent cache (XLA:CPU serialises a loaded executable
+again without some of its kernels): the store's compilation bypasses that cache (:func:`_compile`). The ``MAX_ENTRIES`` most recently used entries
 are kept (about 1 MB each for the built-in pair).
 """
 
@@ -170,10 +172,42 @@ def compiled(name: str, jitted, args: tuple, num_static: int,
     path = os.path.join(folder, k + SUFFIX)
     program = _read(path, k)
     if program is None:
-        program = jitted.trace(*args).lower().compile()
-        _write(folder, path, k, program)
+        program, fresh = _compile(jitted, args)
+        if fresh:
+            _write(folder, path, k, program)
     _loaded[k] = program
     return program
+
+
+# The default value of a debug option: the same program under another key in JAX's persistent cache
+# than the jit path's, and JAX does not write it there (below), so the store's compilation is fresh.
+_COMPILER_OPTIONS = {"xla_embed_ir_in_executable": False}
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_MIN_COMPILE_TIME = "jax_persistent_cache_min_compile_time_secs"
+
+
+def _compile(jitted, args: tuple):
+    """(program, fresh). XLA:CPU serialises an executable JAX loaded from its persistent cache
+    without some of its kernels (a stored copy failed with NOT_FOUND when run), so the store
+    compiles afresh: its variant of the program has its own key in JAX's cache and is kept out of
+    it. A program that still came from JAX's cache is not fresh: it is used but not stored."""
+    import jax
+
+    hits = []
+
+    def listener(event, **kwargs):
+        if event == _CACHE_HIT:
+            hits.append(event)
+
+    jax.monitoring.register_event_listener(listener)
+    previous = getattr(jax.config, _MIN_COMPILE_TIME)
+    jax.config.update(_MIN_COMPILE_TIME, 1e18)
+    try:
+        program = jitted.trace(*args).lower().compile(compiler_options=_COMPILER_OPTIONS)
+    finally:
+        jax.config.update(_MIN_COMPILE_TIME, previous)
+        jax.monitoring.unregister_event_listener(listener)
+    return program, not hits
 
 
 def _read(path: str, k: str):
