@@ -131,6 +131,20 @@ def test_a_damaged_foreign_or_exposed_entry_is_not_loaded(tiny, store, damage):
     assert speculative.trace_count() == before + 1  # compiled anew, not loaded
 
 
+def test_a_stored_program_that_fails_to_run_is_dropped_and_the_loop_compiled_by_jit(tiny, store, monkeypatch):
+    """As the copy XLA:CPU once serialised without some kernels: NOT_FOUND when run."""
+    first = _generate(tiny)
+    (name,) = _entries(store)
+    executable_store.forget()
+
+    def broken(*args):
+        raise jax.errors.JaxRuntimeError("NOT_FOUND: Function broadcast_compare_fusion not found")
+
+    monkeypatch.setattr(executable_store, "_read", lambda path, k: broken)
+    np.testing.assert_array_equal(_generate(tiny), first)
+    assert name not in _entries(store)
+
+
 def test_a_model_built_outside_the_package_factories_turns_the_store_off(store):
     lm = toy.markov_model(16)  # closures: no process-independent description
     assert executable_store.describe(lm) is None

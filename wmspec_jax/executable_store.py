@@ -10,27 +10,28 @@ store keys the compiled executable by what fixes the program before tracing and 
 
 * the package's source: the path and bytes of every ``.py`` file of ``wmspec_jax`` (an edit or an
   upgrade gives new keys);
-* the Python, JAX and jaxlib versions, the backend's platform and platform version, the devices
-  (kind, id, process) and the number of processes;
+* the Python, JAX, jaxlib, NumPy and ml_dtypes versions, the backend's platform and platform
+  version, the devices (kind, id, process) and the number of processes;
 * ``XLA_FLAGS`` and every ``JAX_*``, ``XLA_*`` and ``TPU_*`` environment variable, and
   ``jax.config``'s values;
 * the program's name and a description of each static argument that does not depend on the process
-  (:func:`describe`: a model's ``signature``, set by the package's model factories; a config by
+  (:func:`describe`: a model by the package functions and settings it was built from, a config by
   its class and every field, the decoders it holds included);
 * the other arguments' tree structure, shapes, dtypes, weak types and shardings.
 
 A static argument without such a description (a model built by a user's own code, a decoder class
 from outside the package, a model whose cache is split over a mesh) turns the store off for that
 call, which then compiles through ``jax.jit`` as usual; so do several JAX processes and a store that
-is not enabled (:func:`enable`; the tools enable it beside JAX's cache). The arguments' values (weights, keys, prompts) are never part of a program.
+is not enabled (:func:`enable`; the tools enable it beside JAX's cache). The arguments' values
+(weights, keys, prompts) are never part of a program.
 
 **Safety.** An entry is JAX's serialised executable, a pickle: loading one can run code. Entries are
 written with mode 0600 into a directory of mode 0700, and only files owned by this user, in a
 directory owned by this user, neither writable by group or others, are ever read; a damaged or
 foreign entry is ignored (compiled anew and replaced). Only a program this process compiled is
 stored, never one JAX loaded from its persistent cache (XLA:CPU serialises a loaded executable
-again without some of its kernels): the store's compilation bypasses that cache (:func:`_compile`). The ``MAX_ENTRIES`` most recently used entries
-are kept (about 1 MB each for the built-in pair).
+again without some of its kernels): the store's compilation bypasses that cache (:func:`_compile`).
+The ``MAX_ENTRIES`` most recently used entries are kept (about 1 MB each for the built-in pair).
 """
 
 from __future__ import annotations
@@ -80,6 +81,18 @@ def forget() -> None:
     _loaded.clear()
 
 
+def discard(program) -> None:
+    """Removes ``program`` (returned by :func:`compiled`) from this process and its entry from the
+    store: a stored program that failed to run is compiled anew by the next process."""
+    for k, p in list(_loaded.items()):
+        if p is program:
+            del _loaded[k]
+            folder = _state["directory"]
+            if folder is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, k + SUFFIX))
+
+
 def directory() -> Optional[str]:
     """The enabled store's directory, or None."""
     return _state["directory"]
@@ -123,12 +136,15 @@ def source_digest() -> str:
 def _environment() -> list:
     import jax
     import jaxlib
+    import ml_dtypes
+    import numpy
 
     devices = jax.devices()
     client = devices[0].client
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))
     config = sorted((k, repr(v)) for k, v in jax.config.values.items())
-    return [sys.version, jax.__version__, jaxlib.__version__, client.platform, client.platform_version,
+    return [sys.version, jax.__version__, jaxlib.__version__, numpy.__version__, ml_dtypes.__version__,
+            client.platform, client.platform_version,
             [(d.device_kind, d.id, d.process_index) for d in devices], jax.process_count(), env, config]
 
 
@@ -320,5 +336,5 @@ def _package_name(obj) -> Optional[str]:
     return f"{module}.{qualname}"
 
 
-__all__ = ["FORMAT", "MAX_ENTRIES", "SUFFIX", "compiled", "describe", "directory", "enable", "forget", "key",
-           "source_digest"]
+__all__ = ["FORMAT", "MAX_ENTRIES", "SUFFIX", "compiled", "describe", "directory", "discard", "enable", "forget",
+           "key", "source_digest"]

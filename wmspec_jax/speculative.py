@@ -341,7 +341,17 @@ def generate(
     args = _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_key, rng, config,
                            draft, draft_params)
     stored = _stored_program(args)
-    result, nonfinite = _generate_jit(*args) if stored is None else stored(*args[3:])
+    result, nonfinite = None, None
+    if stored is not None:
+        try:
+            result, nonfinite = stored(*args[3:])
+            nonfinite = _host_value(nonfinite)  # a run's error surfaces here
+        except jax.errors.JaxRuntimeError:
+            # a stored program that cannot run (a damaged executable) is dropped, not retried
+            executable_store.discard(stored)
+            result = None
+    if result is None:
+        result, nonfinite = _generate_jit(*args)
     bad = np.flatnonzero(_host_value(nonfinite))
     if bad.size:
         raise ValueError(f"model produced NaN or +inf logits in rows {bad.tolist()}")
