@@ -7,9 +7,10 @@ for these shapes: JAX's persistent cache holds compiled programs keyed by the lo
 a process that compiles through ``jax.jit`` pays them); ``compile`` (a hit in the persistent cache:
 loading the compiled loop); with ``--path=store`` (what ``wmspec-generate`` does) ``trace`` and
 ``lower`` are 0 and ``compile`` is getting the loop from :mod:`wmspec_jax.executable_store` (a
-cold process traces, lowers, compiles and stores it; a warm one loads it); ``generate`` (the loop, one row, 96 tokens by
-default, Alg. 1 with Gumbel-max and K = 3, as ``wmspec-generate``'s defaults; ``--method=basic``: the
-watermarked target alone, one token per step, the floor a draft has to beat). The first process
+cold process traces, lowers, compiles and stores it; a warm one loads it); ``generate`` (the loop,
+one row, 96 tokens by default, Alg. 1 with Gumbel-max and K = 3, as ``wmspec-generate``'s defaults;
+``--method=basic``: the watermarked target alone, one token per step, the floor a draft has to
+beat). The first process
 runs with an empty cache directory ("cold"), ``--repeats`` more with the one it filled ("warm":
 median, min and max per phase).
 
@@ -137,7 +138,8 @@ def main(argv):
     print(f"  {'sum':14s} cold {sum(cold['seconds'].values()):6.2f} s   warm {total:6.2f} s; "
           f"{cold['tokens']} tokens in {cold['steps']} steps")
     storage.atomic_write_json(FLAGS.output, {
-        "repeats": FLAGS.repeats, "path": FLAGS.path, "method": FLAGS.method, "lookahead": FLAGS.lookahead, "dtype": FLAGS.dtype,
+        "repeats": FLAGS.repeats, "path": FLAGS.path, "method": FLAGS.method, "lookahead": FLAGS.lookahead,
+        "dtype": FLAGS.dtype,
         "cpu_count": os.cpu_count(), "cold": cold["seconds"], "warm": table,
         "steps": cold["steps"], "tokens": cold["tokens"], "load_average_before": list(load_before),
         "load_average_after": list(os.getloadavg())})

@@ -347,7 +347,7 @@ def generate(
             result, nonfinite = stored(*args[3:])
             nonfinite = _host_value(nonfinite)  # a run's error surfaces here
         except jax.errors.JaxRuntimeError:
-            # a stored program that cannot run (a damaged executable) is dropped, not retried
+            # a stored program that cannot run (a damaged executable) is dropped from the store
             executable_store.discard(stored)
             result = None
     if result is None:
