@@ -159,6 +159,11 @@ def test_descriptions_are_field_by_field_and_refuse_what_a_process_cannot_name()
     assert describe(jnp.float32) == describe(np.dtype("float32")) != describe(jnp.bfloat16)
     assert describe(functools.partial(transformer.lm_logits, CFG)) is not None
     assert describe(_config()).startswith("wmspec_jax.speculative.SpeculativeConfig(")
+    # a model's repr names it only; its description holds how it was built
+    assert describe(protocol.make_language_model(CFG, name="tiny")) != describe(
+        protocol.make_language_model(CFG, name="tiny", attention_block=4))
+    mesh = jax.make_mesh((1, 1), ("data", "model"))
+    assert describe(protocol.make_language_model(CFG, name="tiny", mesh=mesh)) is None  # a split cache
 
     @dataclasses.dataclass(frozen=True)
     class Outside:

@@ -253,6 +253,7 @@ def _write(folder: str, path: str, k: str, program) -> None:
         data = zlib.compress(pickle.dumps((FORMAT, k, blob, in_tree, out_tree)), 1)
     except (ValueError, NotImplementedError, TypeError, pickle.PicklingError):
         return  # a program JAX cannot serialise is compiled by every process
+
     def write(f) -> None:
         if hasattr(os, "fchmod"):
             os.fchmod(f.fileno(), 0o600)

@@ -341,7 +341,7 @@ def generate(
     args = _loop_arguments(target, target_params, prompts, prompt_lengths, watermark_key, rng, config,
                            draft, draft_params)
     stored = _stored_program(args)
-    result, nonfinite = None, None
+    result = None
     if stored is not None:
         try:
             result, nonfinite = stored(*args[3:])
