@@ -148,9 +148,11 @@ def test_the_file_on_standard_input_is_never_the_output(tmp_path, texts):
     with open(prompts, "rb") as stdin:
         rc, _, err = call(cli_generate, [f"--output={prompts}", *NO_MODEL], stdin=stdin)
     assert rc == 2 and "it is the file on standard input" in err and prompts.read_bytes() == prompt_bytes, err
-    # a file input and another file on stdin: stdin is not read, nothing refused
-    with open(gen, "rb") as stdin:
-        rc, _, err = call(cli_detect, [str(texts[0]), f"--output={gen}", NO_TOKENIZER], stdin=stdin)
+    # a file input and an earlier results file on stdin: stdin is not read, nothing refused
+    results = tmp_path / "R.jsonl"
+    results.write_text('{"input": "t.txt", "verdict": "not watermarked"}\n')
+    with open(results, "rb") as stdin:
+        rc, _, err = call(cli_detect, [str(texts[0]), f"--output={results}", NO_TOKENIZER], stdin=stdin)
     assert rc == 2 and "tokenizer directory not found" in err, err
 
 

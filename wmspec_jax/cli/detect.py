@@ -51,7 +51,7 @@ from typing import Optional, Sequence
 from absl import flags
 
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli import model_scoring, outputs, scoring_flags
+from wmspec_jax.cli import model_scoring, outputs, path_guards, scoring_flags
 from wmspec_jax.cli.texts import (InputError, check_not_empty, ChunksFromFirstText, is_terminal, iter_inputs,
                                   load_tokenizer, vocab_size, write_lines)
 from wmspec_jax.detect import lines, scoring
@@ -154,6 +154,7 @@ def _start(fv, paths: Sequence[str], stderr, stdin=None) -> ScoringRun:
     overrides = _overrides(fv)
     outputs.check_output_path("--output", fv.output, list(fv.input) + list(paths) + [
         p for p in [fv.scheme_config, fv.calibrate] if p], stdin=stdin, consequence="the results would replace the texts")
+    path_guards.check_output(fv, "--output", fv.output, paths, "wmspec-detect")
     model_scoring.check_flags(fv)
     if fv.scheme_config is not None:  # another engine's watermark: its file holds the key
         from wmspec_jax.interop import foreign
@@ -321,6 +322,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     if fv.write_human_texts:
         try:
             outputs.check_output_path("--write_human_texts", fv.write_human_texts, None, allow_stdout=False)
+            path_guards.check_output(fv, "--write_human_texts", fv.write_human_texts, paths, "human texts")
             from wmspec_jax.lab import data
 
             n = data.write_human_texts(fv.write_human_texts)

@@ -236,12 +236,13 @@ def _open_output(fv, run: str, stderr):
     """(store or None, lock or None, done indices): resumes ``--output`` of the same run. Lines that
     are not records of a text (no string ``run``, no int ``index``) are reported and left alone."""
     from wmspec_jax import storage
-    from wmspec_jax.cli import outputs
+    from wmspec_jax.cli import outputs, path_guards
 
     if fv.output is None or fv.output == outputs.STDOUT:  # the path was checked before any model loaded
         return None, None, {}
     lock = storage.FileLock(fv.output)  # a lock file beside it: deleting the output lets no second writer in
     try:
+        path_guards.repair_torn_line("--output", fv.output, PROG, lambda note: print(f"{PROG}: {note}", file=stderr))
         store = storage.JsonlStore(fv.output, lock=False)
     except BaseException:
         lock.release()
@@ -411,10 +412,11 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     all_paths = list(fv.input) + list(paths)
-    from wmspec_jax.cli import outputs
+    from wmspec_jax.cli import outputs, path_guards
 
     outputs.check_output_path("--output", fv.output, all_paths, stdin=stdin,
                               consequence="the generated lines would be written into it")
+    path_guards.check_output(fv, "--output", fv.output, paths, PROG, locked=True)
     secret = _secret(fv, stderr)
     inputs = read_inputs(all_paths, fmt=fv.input_format, field=fv.prompt_field, unit="line", stdin=stdin)
     inputs = [x for x in inputs if x.text.strip()]
