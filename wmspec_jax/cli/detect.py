@@ -51,7 +51,7 @@ from typing import Optional, Sequence
 from absl import flags
 
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli import model_scoring, outputs, path_guards, scoring_flags
+from wmspec_jax.cli import line_limits, model_scoring, outputs, path_guards, scoring_flags
 from wmspec_jax.cli.texts import (InputError, check_not_empty, ChunksFromFirstText, is_terminal, iter_inputs,
                                   load_tokenizer, vocab_size, write_lines)
 from wmspec_jax.detect import lines, scoring
@@ -96,6 +96,7 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "when stdout is a terminal)", flag_values=fv)
     flags.DEFINE_bool("timing", False, "print tokenisation / scoring time and tokens/s to stderr", flag_values=fv)
     flags.DEFINE_integer("batch_size", 1024, "texts per scoring batch", lower_bound=1, flag_values=fv)
+    line_limits.define_flags(fv)
     flags.DEFINE_string("scheme_config", None, "score another engine's watermark: a JSON file of vLLM's "
                         "--watermark-config or transformers' WatermarkingConfig / SynthIDTextWatermarkingConfig "
                         "(to_dict()); it holds that engine's key, keep it as secret as --secret_file. The token "
@@ -250,6 +251,7 @@ def _results(run_state: ScoringRun, paths: Sequence[str], stdin, stderr, run_out
 def _scored_chunks(run_state: ScoringRun, texts, skipped: list, stderr):
     """Yields the result lines chunk by chunk (:func:`.texts.ChunksFromFirstText`); returns whether any
     text had a non-space character."""
+    texts = line_limits.within_bounds(texts, skipped, run_state.fv.max_chars)  # before any text is tokenised
     chunks = ChunksFromFirstText(texts, CHUNK_TEXTS, skipped,
                                  lambda where, why: print(f"{PROG}: skipped {where}: {why}", file=stderr))
     for number, chunk in chunks:

@@ -54,6 +54,9 @@ def _jsonl_line(line: str, where: str, field: str) -> InputText:
         obj = json.loads(line)
     except json.JSONDecodeError as e:
         raise InputError(f"{where}: not a JSON object ({e.msg}); JSONL needs one object per line") from None
+    except RecursionError:  # the parser recurses once per level: a line nested thousands deep
+        raise InputError(f"{where}: nested too deeply to read (more levels of arrays or objects than any "
+                         "record has)") from None
     if not isinstance(obj, dict):
         raise InputError(f"{where}: a JSON {type(obj).__name__}, not an object")
     if field not in obj:
@@ -73,11 +76,14 @@ def _check_unicode(text: str, where: str) -> None:
 
 
 def _jsonl_lines(lines, where: str, field: str, skipped: Optional[list]):
-    """The texts of JSONL ``lines`` (an iterable of (line number, str))."""
+    """The texts of JSONL ``lines`` (an iterable of (line number, str, or the InputError of a line that
+    could not be decoded))."""
     for number, line in lines:
-        if not line.strip():
-            continue
         try:
+            if isinstance(line, InputError):
+                raise line
+            if not line.strip():
+                continue
             yield _jsonl_line(line, f"{where}:{number}", field)
         except InputError as e:
             if skipped is None:
@@ -104,10 +110,18 @@ def _is_jsonl(first: str, where: str, fmt: str) -> bool:
     return _is_json_object(first) or where.lower().endswith(JSONL_SUFFIXES)
 
 
-def _decoded_lines(stream: IO[bytes], where: str):
-    """(line number, str) of a binary stream, line by line (``\n`` ends a line; a BOM opening it dropped)."""
-    for number, raw in enumerate(stream, start=1):
-        text = _decode(raw, f"{where}:{number}" if number > 1 else where)  # a NUL or bad UTF-8: binary input
+def _decoded_lines(raw_lines, where: str, *, per_line: bool = False):
+    """(line number, str) of (line number, bytes) pairs (``\n`` ends a line; a BOM opening the first
+    dropped). A NUL or bad UTF-8 is binary input: an InputError, or with ``per_line`` (the lines of JSONL
+    after its first record, each a record of its own) that error in the line's place."""
+    for number, raw in raw_lines:
+        try:
+            text = _decode(raw, f"{where}:{number}" if number > 1 else where)
+        except InputError as e:
+            if not per_line:
+                raise
+            yield number, e
+            continue
         yield number, text if number > 1 else strip_bom(text)
 
 
@@ -138,7 +152,8 @@ def iter_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
     for path in list(paths) or ["-"]:
         stream, where, close = _open_input(path, stdin)
         try:
-            lines = _decoded_lines(stream, where)
+            raw_lines = enumerate(stream, start=1)
+            lines = _decoded_lines(raw_lines, where)
             head = []  # the lines up to the first non-empty one decide the format
             try:
                 for number, line in lines:
@@ -149,7 +164,9 @@ def iter_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
                 raise InputError(f"{where}: cannot read ({e.strerror})") from None
             first = head[-1][1] if head else ""
             if _is_jsonl(first, where, fmt):
-                yield from _jsonl_lines(itertools.chain(head, lines), where, field, skipped)
+                # one undecodable record is skipped like any unreadable line, not the end of the input
+                rest = _decoded_lines(raw_lines, where, per_line=skipped is not None)
+                yield from _jsonl_lines(itertools.chain(head, rest), where, field, skipped)
             elif unit == "line":
                 for number, line in itertools.chain(head, lines):
                     for piece in map(normalize_text, line.splitlines()):  # other Unicode line breaks too
