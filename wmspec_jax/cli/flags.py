@@ -150,9 +150,12 @@ def enable_compilation_cache() -> str | None:
 
 def console_entry(run):
     """A tool's console-script entry point: a function of no arguments that exits with ``run(sys.argv)``'s
-    status (``run`` takes the argv list, ``argv[0]`` the program name)."""
+    status (``run`` takes the argv list, ``argv[0]`` the program name); Ctrl-C ends it with one line and
+    status 130 (:mod:`wmspec_jax.cli.interrupts`)."""
     def main() -> None:
-        sys.exit(run(sys.argv))
+        from wmspec_jax.cli import interrupts
+
+        sys.exit(interrupts.run_interruptible(run, sys.argv, interrupts.program_name(run)))
 
     main.__doc__ = f"Console-script entry point of {run.__module__}: exits with its run(sys.argv)."
     return main
