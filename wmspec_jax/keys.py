@@ -19,14 +19,24 @@ pins it)::
     M          = prf.stream_keys(secret)             uint32[3, 2] (SHA-256 of the PRF version and the typed secret)
     k(run, i)  = SHA-256("wmspec-keys-v1/text" | M | len(run) | run | i)       32 bytes (i: uint64, lengths: uint32)
     words      = prf.stream_keys(k(run, i))          uint32[3, 2] per text
-    fingerprint= SHA-256("wmspec-keys-v1/fingerprint" | M)[:8] as 16 hex digits
+    fingerprint= "fp2-" + scrypt(M, salt="wmspec-keys/fingerprint-v2", n=2^14, r=8, p=1)[:8] as 16 hex digits
 
 (An earlier derivation, ``prf.stream_keys(f"{secret}/{i}")``, gave every
 run of an experiment the same key per text and let ``"a/1"`` and
-``("a", 1)`` collide; text made with it is detected with those keys.) The
-fingerprint lets anyone
-holding text test a *guessed* secret — as detection itself does — so use a
-secret with real entropy (e.g. ``python -c "import secrets; print(secrets.token_hex(32))"``).
+``("a", 1)`` collide; text made with it is detected with those keys.)
+
+The fingerprint is printed in every output, so it lets anyone test a
+*guessed* secret. It is therefore a slow derivation (:data:`FINGERPRINT_VERSION`,
+scrypt with :data:`FINGERPRINT_SCRYPT`: 16 MiB of memory and about a tenth of a
+second of one core per guess, against a microsecond for a SHA-256) computed
+once per secret and process, and the scripts refuse weak secrets
+(:func:`check_strength`: at least :data:`MIN_SECRET_LENGTH` characters and an
+estimated :data:`MIN_SECRET_BITS` bits). Both only slow a guesser down: use
+a secret with real entropy (e.g. ``python -c "import secrets; print(secrets.token_hex(32))"``).
+Records written before it carry the fast fingerprint of ``wmspec-keys-v1``
+(16 hex digits, no ``fp2-``); :meth:`Secret.matches_fingerprint` still accepts
+it, with a :class:`FutureWarning`, so old lines, settings and detectors stay
+readable; a record with it reveals a weak secret as fast as before.
 
 The secret never appears in a ``repr``, log or file: :class:`Secret` keeps
 only ``M`` and prints its fingerprint; :class:`Secret` and
@@ -37,15 +47,18 @@ from argv, and both sources go through one normalisation
 and invisible characters (a byte-order mark some editors write at the start
 of a file, a zero-width space) are removed, so a file ending in a newline or
 two, or starting with a BOM, gives the same key as the same value in the
-environment; a value of fewer than
-:data:`MIN_SECRET_LENGTH` characters is refused as too weak to be a secret.
+environment; a value below the strength rule (:func:`check_strength`) is
+refused as too weak to be a secret unless the caller passes
+``weak_secret_ok=True`` (the tools' ``--weak_secret_ok``, for tests and demos).
 (Before this rule a file lost one final newline only and an environment
 value nothing, so ``"k "`` and ``"k"`` were different secrets.)
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import math
 import os
 import stat
 import struct
@@ -69,8 +82,22 @@ DEMO_SECRET = "wmspec-demo-secret"
 """The public secret of the quick demos. Anyone can detect (and forge) its watermark."""
 
 MIN_SECRET_LENGTH = 16
-"""Fewest characters of a secret read by the scripts (:func:`secret_from_text`): shorter values are
-guessable from a fingerprint in seconds; ``secrets.token_hex(32)`` gives 64."""
+"""Fewest characters of a secret read by the scripts (:func:`check_strength`); ``secrets.token_hex(32)``
+gives 64."""
+
+MIN_SECRET_BITS = 40
+"""Fewest estimated bits of a secret read by the scripts (:func:`check_strength`, :func:`estimated_bits`).
+``secrets.token_hex(16)`` estimates at about 100 (never below 45 in 200,000 draws), ``passwordpassword``
+at 25, sixteen times one letter at 0."""
+
+FINGERPRINT_VERSION = "fp2"
+"""Prefix of the current fingerprints: ``fp2-`` and 16 hex digits of a scrypt derivation (module doc)."""
+
+FINGERPRINT_SCRYPT = {"n": 2 ** 14, "r": 8, "p": 1}
+"""scrypt's work parameters for the fingerprint: 128 * r * n bytes = 16 MiB of memory per guess, about
+0.1 s of one x86 core (the "interactive login" parameters of the scrypt paper)."""
+
+_FINGERPRINT_SALT = b"wmspec-keys/fingerprint-v2"
 
 
 class Secret:
@@ -82,6 +109,9 @@ class Secret:
         ``1`` are different secrets (as in :mod:`wmspec_jax.prf`).
 
     Only the master stream words M (module doc) are kept, not ``value``.
+    Built directly, a secret is not checked for strength (toys and tests
+    use small ones); the scripts read theirs through :func:`resolve`, which
+    applies :func:`check_strength`.
     """
 
     __slots__ = ("_master",)
@@ -101,8 +131,24 @@ class Secret:
 
     @property
     def fingerprint(self) -> str:
-        """16 hex digits identifying the secret (a one-way hash; safe in results and detectors)."""
-        return _fingerprint(self._master)
+        """``fp2-`` and 16 hex digits identifying the secret: a slow one-way derivation (module doc),
+        safe in results and detectors; computed once per secret and process."""
+        return _fingerprint(self._master.tobytes())
+
+    def matches_fingerprint(self, recorded) -> bool:
+        """Whether ``recorded`` (a fingerprint read from a line, a detector, settings) is this secret's:
+        its current fingerprint, or the fast ``wmspec-keys-v1`` one of records written before it (then
+        with a :class:`FutureWarning`: such a record reveals a guessable secret)."""
+        if not isinstance(recorded, str):
+            return False
+        if recorded == self.fingerprint:
+            return True
+        if is_legacy_fingerprint(recorded) and recorded == _legacy_fingerprint(self._master):
+            warnings.warn("a record carries the fast key fingerprint of wmspec-keys-v1, which lets anyone who "
+                          "reads it test guessed secrets quickly; records written now carry the slow "
+                          f"{FINGERPRINT_VERSION} fingerprint", FutureWarning, stacklevel=2)
+            return True
+        return False
 
     def stream_keys(self) -> "StreamKeys":
         """The secret used directly as one key for every text: ``StreamKeys`` uint32[3, 2]."""
@@ -194,9 +240,30 @@ class StreamKeys:
         return self
 
 
-def _fingerprint(master: np.ndarray) -> str:
+@functools.lru_cache(maxsize=1024)
+def _fingerprint(master: bytes) -> str:
+    # master is the little-endian uint32 words M; cached, since a secret is rebuilt from its value often
+    digest = hashlib.scrypt(np.frombuffer(master, np.uint32).astype("<u4").tobytes(), salt=_FINGERPRINT_SALT,
+                            dklen=8, maxmem=64 * 2 ** 20, **FINGERPRINT_SCRYPT)
+    return f"{FINGERPRINT_VERSION}-{digest.hex()}"
+
+
+def _legacy_fingerprint(master: np.ndarray) -> str:
     digest = hashlib.sha256(f"{KEY_DERIVATION}/fingerprint".encode() + b"\x00" + master.astype("<u4").tobytes())
     return digest.hexdigest()[:16]
+
+
+def is_legacy_fingerprint(value) -> bool:
+    """Whether ``value`` has the form of a ``wmspec-keys-v1`` fingerprint (16 hex digits, no prefix)."""
+    return isinstance(value, str) and len(value) == 16 and all(c in "0123456789abcdef" for c in value)
+
+
+def fingerprints_agree(a, b) -> Optional[bool]:
+    """Whether two recorded fingerprints name one secret: True or False when both have one form,
+    None when one is a ``wmspec-keys-v1`` fingerprint and the other is not (only the secret can tell)."""
+    if is_legacy_fingerprint(a) != is_legacy_fingerprint(b):
+        return None
+    return a == b
 
 
 def _as_secret(secret) -> Secret:
@@ -274,31 +341,72 @@ def _strip_edges(value: str) -> str:
         text = stripped
 
 
-def secret_from_text(value: str, where: str) -> Secret:
+def estimated_bits(text: str) -> float:
+    """A rough estimate of the bits of a secret text, for :func:`check_strength`.
+
+    The entropy of the text's own character frequencies (bits per character) times the number of its
+    characters that are not predictable from what comes before: a character equal to or one code
+    point from the previous one (``aaaa``, ``abcd``, ``4321``) or ending a three-character sequence
+    already seen (the second ``password`` of ``passwordpassword``) adds nothing. It is a bar against
+    obviously weak secrets, not a measure of a guesser's work: a dictionary phrase may pass it.
+    """
+    n = len(text)
+    if n == 0:
+        return 0.0
+    counts = {}
+    for ch in text:
+        counts[ch] = counts.get(ch, 0) + 1
+    per_char = -sum(c / n * math.log2(c / n) for c in counts.values())
+    free = 0
+    for i, ch in enumerate(text):
+        if i and abs(ord(ch) - ord(text[i - 1])) <= 1:
+            continue
+        if i >= 2 and text.find(text[i - 2:i + 1]) < i - 2:
+            continue
+        free += 1
+    return per_char * free
+
+
+def check_strength(text: str, where: str = "the watermark secret") -> None:
+    """Refuses a secret text below the strength rule: fewer than :data:`MIN_SECRET_LENGTH` characters,
+    or fewer than :data:`MIN_SECRET_BITS` estimated bits (:func:`estimated_bits`). ValueError naming
+    the rule that failed, never the secret."""
+    hint = "e.g. python -c \"import secrets; print(secrets.token_hex(32))\""
+    if len(text) < MIN_SECRET_LENGTH:
+        raise ValueError(f"{where} has {len(text)} characters: too weak (the rule: at least {MIN_SECRET_LENGTH} "
+                         f"characters and {MIN_SECRET_BITS} estimated bits; {hint})")
+    bits = estimated_bits(text)
+    if bits < MIN_SECRET_BITS:
+        raise ValueError(f"{where} is too weak: about {bits:.0f} estimated bits, from its {len(set(text))} distinct "
+                         f"characters and its repeats and runs (the rule: at least {MIN_SECRET_LENGTH} characters "
+                         f"and {MIN_SECRET_BITS} estimated bits; {hint})")
+
+
+def secret_from_text(value: str, where: str, *, weak_secret_ok: bool = False) -> Secret:
     """The :class:`Secret` of a secret read as text from ``where`` (an environment variable, a file):
     surrounding whitespace and invisible characters (a byte-order mark an editor wrote, a zero-width
     space: :data:`wmspec_jax.textnorm.INVISIBLE`) removed (module doc), so a file and the environment
-    give the same key; ValueError when nothing is left or fewer than :data:`MIN_SECRET_LENGTH`
-    characters are."""
+    give the same key; ValueError when nothing is left or, unless ``weak_secret_ok``, when what is
+    left fails :func:`check_strength`."""
     text = _strip_edges(value)
     if not text:
         what = "empty" if not value else "only whitespace"
         raise ValueError(f"the watermark secret in {where} is {what}")
-    if len(text) < MIN_SECRET_LENGTH:
-        raise ValueError(f"the watermark secret in {where} has {len(text)} characters: too weak (at least "
-                         f"{MIN_SECRET_LENGTH}; e.g. python -c \"import secrets; print(secrets.token_hex(32))\")")
+    if not weak_secret_ok:
+        check_strength(text, f"the watermark secret in {where}")
     return Secret(text)
 
 
-def from_env(var: str = ENV_VAR) -> Secret:
-    """The secret in environment variable ``var`` (UTF-8 text, normalised by :func:`secret_from_text`)."""
+def from_env(var: str = ENV_VAR, *, weak_secret_ok: bool = False) -> Secret:
+    """The secret in environment variable ``var`` (UTF-8 text, normalised and checked by
+    :func:`secret_from_text`)."""
     value = os.environ.get(var, "")
     if not value:
         raise ValueError(f"environment variable {var} is not set or empty: export the watermark secret there")
-    return secret_from_text(value, f"${var}")
+    return secret_from_text(value, f"${var}", weak_secret_ok=weak_secret_ok)
 
 
-def from_file(path) -> Secret:
+def from_file(path, *, weak_secret_ok: bool = False) -> Secret:
     """The secret stored in a file: its UTF-8 text, normalised by :func:`secret_from_text`
     (surrounding whitespace, final newlines included, removed).
 
@@ -317,23 +425,24 @@ def from_file(path) -> Secret:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError(f"the watermark secret file {path} is not UTF-8 text") from None
-    return secret_from_text(text, f"the file {path}")
+    return secret_from_text(text, f"the file {path}", weak_secret_ok=weak_secret_ok)
 
 
 def resolve(secret_env: Optional[str] = None, secret_file: Optional[str] = None, *,
-            allow_demo: bool = True) -> tuple:
+            allow_demo: bool = True, weak_secret_ok: bool = False) -> tuple:
     """The secret of a script run: (:class:`Secret`, where it came from, in words).
 
     Order: ``secret_file`` if given; else the environment variable
     ``secret_env`` (default :data:`ENV_VAR`) if set; else the public
     :data:`DEMO_SECRET` with a loud warning — or, with
-    ``allow_demo=False`` (the paper preset), a ``ValueError``.
+    ``allow_demo=False`` (the paper preset), a ``ValueError``. A file's or
+    variable's secret must pass :func:`check_strength` unless ``weak_secret_ok``.
     """
     if secret_file:
-        return from_file(secret_file), f"file {secret_file}"
+        return from_file(secret_file, weak_secret_ok=weak_secret_ok), f"file {secret_file}"
     var = secret_env or ENV_VAR
     if os.environ.get(var):
-        return from_env(var), f"${var}"
+        return from_env(var, weak_secret_ok=weak_secret_ok), f"${var}"
     if secret_env:
         raise ValueError(f"--secret_env={secret_env}: that environment variable is not set or empty")
     if not allow_demo:
@@ -347,6 +456,8 @@ def resolve(secret_env: Optional[str] = None, secret_file: Optional[str] = None,
 
 
 __all__ = [
-    "DEMO_SECRET", "DIRECT", "ENV_VAR", "KEY_DERIVATION", "Secret", "StreamKeys", "from_env", "from_file",
-    "MIN_SECRET_LENGTH", "key_provenance", "resolve", "secret_from_text", "text_keys",
+    "DEMO_SECRET", "DIRECT", "ENV_VAR", "FINGERPRINT_SCRYPT", "FINGERPRINT_VERSION", "KEY_DERIVATION", "Secret",
+    "StreamKeys", "check_strength", "estimated_bits", "fingerprints_agree", "from_env", "from_file",
+    "is_legacy_fingerprint", "MIN_SECRET_BITS", "MIN_SECRET_LENGTH", "key_provenance", "resolve",
+    "secret_from_text", "text_keys",
 ]

@@ -48,9 +48,12 @@ that --help imports no JAX)."""
 
 
 def define_secret_flags(fv: flags.FlagValues = flags.FLAGS, *, demo_flag: bool = False) -> None:
-    """``--secret_env`` and ``--secret_file`` (and, with ``demo_flag``, ``--demo_secret``)."""
+    """``--secret_env``, ``--secret_file``, ``--weak_secret_ok`` (and, with ``demo_flag``, ``--demo_secret``)."""
     for name, help_ in SECRET_FLAGS.items():
         flags.DEFINE_string(name, None, help_, flag_values=fv)
+    flags.DEFINE_bool("weak_secret_ok", False, f"accept a secret below the strength rule (at least "
+                      f"{keys.MIN_SECRET_LENGTH} characters and {keys.MIN_SECRET_BITS} estimated bits; "
+                      "wmspec_jax.keys.check_strength): for tests and demos only", flag_values=fv)
     if demo_flag:
         flags.DEFINE_bool("demo_secret", False, f"use the PUBLIC demo secret {keys.DEMO_SECRET!r} of the quick "
                           "experiments (anyone can detect and forge its watermark)", flag_values=fv)
@@ -61,7 +64,8 @@ def secret_from_flags(fv: flags.FlagValues = flags.FLAGS, *, allow_demo: bool) -
     variable (``--secret_env``, default ``$WMSPEC_SECRET``), else — only with ``allow_demo`` — the
     public demo secret. Raises ValueError (bad or unreadable file, unset variable, no key source)."""
     try:
-        return keys.resolve(fv["secret_env"].value, fv["secret_file"].value, allow_demo=allow_demo)
+        return keys.resolve(fv["secret_env"].value, fv["secret_file"].value, allow_demo=allow_demo,
+                            weak_secret_ok=bool(fv["weak_secret_ok"].value))
     except UnicodeDecodeError:
         raise ValueError(f"the watermark secret file {fv['secret_file'].value} is not UTF-8 text") from None
 

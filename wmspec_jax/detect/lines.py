@@ -301,7 +301,7 @@ def recorded_candidate(record: dict, where: str, ids: list, recorded_ids: Option
 def check_provenance(record: dict, where: str, secret, overrides: Overrides) -> None:
     """A line's key fingerprint and PRF version against the secret and this package."""
     fp = record.get("key_fingerprint")
-    if fp is not None and fp != secret.fingerprint:
+    if fp is not None and not secret.matches_fingerprint(fp):
         conflict(overrides, where, f"key fingerprint {fp}", f"the given secret's is {secret.fingerprint}")
     version = record.get("prf_version")
     if version is not None and version not in prf.PRF_VERSIONS:

@@ -20,11 +20,13 @@ it through ``jax.tree_util.tree_map`` (e.g. :func:`.streams.take`).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Mapping, Optional, Sequence
 
 import jax
 
 from wmspec_jax import decoders, prf
+from wmspec_jax import keys as keys_lib
 from wmspec_jax.decoders import STATISTICS, WatermarkDecoder
 
 DECODERS = STATISTICS
@@ -167,6 +169,11 @@ def check_compatible(stats: Optional[Provenance], reference: Optional[Provenance
     for name in _STRUCTURAL + _KEY:
         a, b = getattr(stats, name), getattr(reference, name)
         if name in _KEY and (a is None or b is None):
+            continue
+        if name == "key_fingerprint" and keys_lib.fingerprints_agree(a, b) is None:
+            warnings.warn(f"{what} and {against} carry key fingerprints of two derivations (one of "
+                          "wmspec-keys-v1, written before the slow fingerprint): the secret is not checked; "
+                          "re-save the older one with the secret", FutureWarning, stacklevel=2)
             continue
         if a != b:
             diffs.append(f"{name}: {what} {a!r}, {against} {b!r} ({_HINTS[name]})")

@@ -129,6 +129,8 @@ class Session:
                 old = json.load(f)
             changed = {k: (old.get(k), v) for k, v in s.public().items()
                        if k in GENERATION_FIELDS and json.loads(json.dumps(v)) != old.get(k)}
+            if "key_fingerprint" in changed and s.secret.matches_fingerprint(old.get("key_fingerprint")):
+                del changed["key_fingerprint"]  # the same secret, recorded with the wmspec-keys-v1 fingerprint
             if changed:
                 hint = ""
                 if "draft" in changed and changed["draft"][0] == pairs.BUILTIN:
