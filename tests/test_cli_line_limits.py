@@ -81,6 +81,17 @@ def test_model_assisted_detection_never_receives_an_out_of_bounds_line(mixed, ke
     _check_report(err)
 
 
+def test_a_lookahead_flag_beyond_the_generators_bound_is_refused_before_the_model_loads(tmp_path, key, monkeypatch):
+    def load(*args):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(model_scoring, "load", load)
+    short = tmp_path / "short.txt"
+    short.write_text(TEXT)
+    rc, _, err = run_tool(cli_detect, [str(short), key, "--model=builtin", "--lookahead=33"], SECRET)
+    assert rc == 2 and "--lookahead=33 exceeds 32" in err, err
+
+
 def test_max_chars_is_a_flag(tmp_path, key):
     short = tmp_path / "short.txt"
     short.write_text(TEXT)

@@ -126,6 +126,12 @@ def check_flags(fv) -> None:
         raise InputError(f"--temperature must be a finite number > 0, got {fv.temperature}")
     if fv.kgw_delta is not None and not (math.isfinite(fv.kgw_delta) and fv.kgw_delta >= 0):
         raise InputError(f"--kgw_delta must be a finite number >= 0, got {fv.kgw_delta}")
+    if fv.lookahead is not None:
+        from wmspec_jax import speculative
+
+        if fv.lookahead > speculative.MAX_LOOKAHEAD:  # wmspec-generate's bound: each draft is a model pass
+            raise InputError(f"--lookahead={fv.lookahead} exceeds {speculative.MAX_LOOKAHEAD}, the most "
+                             "wmspec-generate drafts per step")
     for flag, value in (("--model", spec), ("--model_draft", fv.model_draft)):
         if value is None or value == "builtin" or value.startswith("builtin:"):
             continue
