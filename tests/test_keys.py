@@ -198,7 +198,7 @@ def test_records_with_the_old_fast_fingerprint_stay_readable():
     other = keys.Secret("another-secret-of-enough-length")
     assert not other.matches_fingerprint(LEGACY_FINGERPRINT) and not other.matches_fingerprint(GOLDEN_FINGERPRINT)
     assert not sec.matches_fingerprint(None) and not sec.matches_fingerprint(GOLDEN_FINGERPRINT.upper())
-    # a detector saved with the old fingerprint still scores statistics of today (the key is not checked
+    # a detector saved with the old fingerprint still scores current statistics (the key is not checked
     # then, with a warning); two current fingerprints of different secrets are still refused
     from wmspec_jax.detect import provenance as prov
 

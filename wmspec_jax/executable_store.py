@@ -44,7 +44,7 @@ import sys
 import zlib
 from typing import Callable, Optional, Sequence
 
-from wmspec_jax import storage
+from wmspec_jax import storage, user_cache
 
 FORMAT = 1
 MAX_ENTRIES = 16
@@ -67,9 +67,9 @@ def enable(directory: Optional[str]) -> Optional[str]:
     with contextlib.suppress(OSError):
         os.makedirs(directory, mode=0o700, exist_ok=True)
         st = os.stat(directory)
-        if _owned_by_user(st) and st.st_mode & 0o077:
+        if user_cache.owned_by_user(st) and st.st_mode & 0o077:
             os.chmod(directory, 0o700)
-    if not _private(directory):
+    if not user_cache.private(directory):
         return None
     _state["directory"] = directory
     return directory
@@ -103,18 +103,6 @@ def _multi_process() -> bool:
     import jax
 
     return jax.process_count() > 1
-
-
-def _owned_by_user(st) -> bool:
-    return not hasattr(os, "getuid") or st.st_uid == os.getuid()
-
-
-def _private(path: str) -> bool:
-    try:
-        st = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    return _owned_by_user(st) and not st.st_mode & 0o022
 
 
 def source_digest() -> str:
@@ -229,7 +217,7 @@ def _compile(jitted, args: tuple):
 def _read(path: str, k: str):
     from jax.experimental import serialize_executable
 
-    if not (_private(os.path.dirname(path)) and _private(path)):
+    if not (user_cache.private(os.path.dirname(path)) and user_cache.private(path)):
         return None
     try:
         with open(path, "rb") as f:

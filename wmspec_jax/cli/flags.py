@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from absl import flags
 
@@ -134,7 +135,10 @@ def enable_compilation_cache() -> str | None:
     disk instead of compiling. Directory: ``$JAX_COMPILATION_CACHE_DIR`` when
     set, else ``xla/`` of :mod:`wmspec_jax.user_cache` (off with
     ``WMSPEC_CACHE_DIR=""``). Entries are keyed by the program, the JAX
-    version and the device, so a stale one is never used. The generation
+    version and the device, so a stale one is never used. XLA checks nothing
+    of what it loads, so the directory must keep the user cache's ownership
+    rule (:func:`wmspec_jax.user_cache.private`; else the cache is off, with
+    a warning) and entries that break it are deleted first. The generation
     loop is also kept in :mod:`wmspec_jax.executable_store` (``executables/``
     of the user cache), which a later run loads without tracing it.
     """
@@ -142,9 +146,16 @@ def enable_compilation_cache() -> str | None:
 
     executable_store.enable(user_cache.directory("executables"))
     path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or user_cache.directory("xla")
-    if not path:
-        return None
     import jax
+
+    if path and not user_cache.private(path):  # XLA loads what it finds there as native code
+        warnings.warn(f"the compilation cache {path} ($JAX_COMPILATION_CACHE_DIR) is not used: it is not a "
+                      "directory of this user that only this user can write", RuntimeWarning, stacklevel=2)
+        path = None
+    if not path:
+        jax.config.update("jax_compilation_cache_dir", None)
+        return None
+    user_cache.remove_foreign(path)  # entries another user could have planted before it was private
 
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

@@ -62,13 +62,73 @@ def _reader():
 
 
 @functools.lru_cache(maxsize=None)
+def gguf_sha256() -> str:
+    """SHA-256 (hex) of the packaged GGUF file: from the package's installation record (``RECORD``,
+    no reading of the 100 MB file), else computed from the file once per process."""
+    import base64
+    from importlib import metadata
+
+    path = gguf_path()
+    try:
+        for f in metadata.files(GGUF_PACKAGE.replace("_", "-")) or ():
+            if f.hash is not None and f.hash.mode == "sha256" and str(f).endswith(GGUF_FILE) and \
+                    os.path.samefile(f.locate(), path):
+                return base64.urlsafe_b64decode(f.hash.value + "=" * (-len(f.hash.value) % 4)).hex()
+    except (metadata.PackageNotFoundError, OSError, ValueError):
+        pass
+    return _file_sha256(path)
+
+
+def _file_sha256(path: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+_TOKENIZER_MANIFEST = "wmspec-entry.json"
+
+
+def _tokenizer_manifest(folder: str) -> dict:
+    """{file name: SHA-256} of every file of a saved tokenizer but the manifest."""
+    return {name: _file_sha256(os.path.join(folder, name)) for name in sorted(os.listdir(folder))
+            if name != _TOKENIZER_MANIFEST}
+
+
+def _load_saved_tokenizer(saved: str, source: str):
+    """The tokenizer saved in ``saved``, or None unless it keeps the cache's ownership rule and its
+    manifest names ``source`` (the GGUF file's SHA-256) and every file's digest."""
+    import json
+
+    from wmspec_jax import user_cache
+
+    if not os.path.isdir(saved) or not user_cache.trusted_tree(saved):
+        return None
+    try:
+        with open(os.path.join(saved, _TOKENIZER_MANIFEST), encoding="utf-8") as f:
+            manifest = json.load(f)
+        if manifest.get("source_sha256") != source or manifest.get("files") != _tokenizer_manifest(saved):
+            return None
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(saved)
+    except (OSError, ValueError, AttributeError):  # a damaged entry: rebuilt by the caller
+        return None
+
+
+@functools.lru_cache(maxsize=None)
 def builtin_tokenizer():
     """The target's tokenizer (PreTrainedTokenizerFast with the chat template).
 
     Rebuilt from the GGUF file's metadata (seconds) once, then loaded from
     ``tokenizers/`` of :mod:`wmspec_jax.user_cache` (a tenth of a second),
-    keyed by the GGUF file (path, size, modification time) and the versions of
-    ``transformers`` and ``tokenizers``.
+    keyed by the GGUF file (path, size, modification time, SHA-256) and the
+    versions of ``transformers`` and ``tokenizers``. The entry holds a manifest
+    (the GGUF file's SHA-256 and each file's); an entry that does not match it,
+    or breaks the cache's ownership rule, is rebuilt.
     """
     from wmspec_jax import user_cache
 
@@ -77,28 +137,34 @@ def builtin_tokenizer():
     if cache is None:
         return tokenizer_from_gguf(_reader())
     import hashlib
+    import json
 
     import tokenizers
     import transformers
 
     st = os.stat(path)
+    source = gguf_sha256()
     key = hashlib.sha256(f"{os.path.realpath(path)}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}|"
-                         f"{tokenizers.__version__}".encode()).hexdigest()[:20]
+                         f"{tokenizers.__version__}|{source}".encode()).hexdigest()[:20]
     saved = os.path.join(cache, f"smollm2-{key}")
-    if os.path.isfile(os.path.join(saved, "tokenizer.json")):
-        from transformers import PreTrainedTokenizerFast
-
-        try:
-            return PreTrainedTokenizerFast.from_pretrained(saved)
-        except (OSError, ValueError):  # a damaged entry: rebuild it below
-            pass
+    found = _load_saved_tokenizer(saved, source)
+    if found is not None:
+        return found
     import shutil
 
     tok = tokenizer_from_gguf(_reader())
     tmp = f"{saved}.{os.getpid()}.tmp"
     try:
         tok.save_pretrained(tmp)
-        shutil.rmtree(saved, ignore_errors=True)  # a damaged entry
+        for name in os.listdir(tmp):  # owner-only whatever the umask: the cache reads no writable file
+            os.chmod(os.path.join(tmp, name), 0o600)
+        os.chmod(tmp, 0o700)
+        manifest = {"source_sha256": source, "files": _tokenizer_manifest(tmp)}
+        with open(os.path.join(tmp, _TOKENIZER_MANIFEST), "w", encoding="utf-8") as f:
+            json.dump(manifest, f)
+        shutil.rmtree(saved, ignore_errors=True)  # a damaged or foreign entry
+        if os.path.lexists(saved) and not os.path.isdir(saved) or os.path.islink(saved):
+            os.unlink(saved)
         os.replace(tmp, saved)
     except OSError:  # another process saved it first, or the cache is read-only: keep the built one
         pass
@@ -110,7 +176,7 @@ def builtin_tokenizer():
 @functools.lru_cache(maxsize=None)
 def _target(dtype_name: str) -> Checkpoint:
     config, params = gguf_loader.load_gguf_model(gguf_path(), jnp.dtype(dtype_name), reader=_reader,
-                                                 name="smollm2")
+                                                 name="smollm2", source_sha256=gguf_sha256())
     return Checkpoint(name=TARGET_NAME, config=config, params=params,
                       tokenizer=builtin_tokenizer())
 

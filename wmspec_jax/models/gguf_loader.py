@@ -14,8 +14,11 @@ modification time and the hash of its first MiB (where its metadata lies), by
 this module's and the GGUF reader's source and by the ``gguf`` version. A later
 process maps that file and hands its arrays to JAX without copying them
 (tenths of a second instead of seconds); the values are the dequantised
-ones, bit for bit. A damaged or foreign file is rebuilt; deleting the
-directory is always safe.
+ones, bit for bit. A damaged or foreign file is rebuilt: another GGUF file's
+(the entry names the file's SHA-256 where the caller knows it, as for the
+packaged built-in), or one that breaks the user cache's ownership rule
+(another user's, writable by others, a link); deleting the directory is
+always safe.
 """
 
 from __future__ import annotations
@@ -153,12 +156,15 @@ _HEADER_BYTES = 1 << 20  # the start of a GGUF file hashed into the key (its met
 
 
 def load_gguf_model(path: str, dtype=jnp.float32, *, reader: Callable[[], GGUFFile] | None = None,
-                    name: str = "gguf") -> tuple[TransformerConfig, dict]:
+                    name: str = "gguf", source_sha256: str | None = None) -> tuple[TransformerConfig, dict]:
     """(config, params of ``dtype``) of the GGUF file ``path``, through the weights cache (module doc).
 
     ``reader``: returns the parsed file (default :func:`wmspec_jax.models.gguf_file.read_gguf`); it is
     called only when the cache has no usable entry. ``name`` starts the cache file's name. With the
     cache off (``WMSPEC_CACHE_DIR=""``) or not writable the weights are converted every time.
+    ``source_sha256``: the SHA-256 (hex) of the whole GGUF file where it is known (a packaged file):
+    it keys the entry and is stored in it, and an entry that names another is never used. An entry
+    that breaks the cache's ownership rule (:func:`wmspec_jax.user_cache.trusted`) is never read.
     """
     from wmspec_jax import user_cache
 
@@ -170,9 +176,9 @@ def load_gguf_model(path: str, dtype=jnp.float32, *, reader: Callable[[], GGUFFi
         return read_gguf(path)
 
     cache = user_cache.directory(CACHE_PART)
-    entry = None if cache is None else os.path.join(cache, f"{name}-{_cache_key(path)}.params")
-    if entry is not None:
-        found = _read_entry(entry)
+    entry = None if cache is None else os.path.join(cache, f"{name}-{_cache_key(path, source_sha256)}.params")
+    if entry is not None and user_cache.trusted(entry):
+        found = _read_entry(entry, source_sha256)
         if found is not None:
             return found[0], _to_device(found[1], dtype)
     gguf = parse()
@@ -180,12 +186,12 @@ def load_gguf_model(path: str, dtype=jnp.float32, *, reader: Callable[[], GGUFFi
     host = host_params_from_gguf(gguf, config)
     if entry is not None:
         try:
-            _write_entry(entry, config, host)
+            _write_entry(entry, config, host, source_sha256)
         except OSError:  # a full or read-only disk: the converted weights serve this process only
             pass
         else:
             _remove_stale_entries(entry, name)
-            found = _read_entry(entry)
+            found = _read_entry(entry, source_sha256) if user_cache.trusted(entry) else None
             if found is not None:  # the mapped copy: the dequantised arrays are freed
                 return found[0], _to_device(found[1], dtype)
     return config, _to_device(host, dtype)
@@ -203,8 +209,8 @@ def _remove_stale_entries(entry: str, name: str) -> None:
                 pass
 
 
-def _cache_key(path: str) -> str:
-    """Hex key of a GGUF file and of the code that converts it."""
+def _cache_key(path: str, source_sha256: str | None = None) -> str:
+    """Hex key of a GGUF file (its SHA-256 where known) and of the code that converts it."""
     from importlib import metadata
 
     from wmspec_jax.models import gguf_file
@@ -220,7 +226,7 @@ def _cache_key(path: str) -> str:
         gguf_version = metadata.version("gguf")
     except metadata.PackageNotFoundError:
         gguf_version = "?"
-    h.update(f"|{st.st_size}|{st.st_mtime_ns}|{gguf_version}|{_CACHE_FORMAT}".encode())
+    h.update(f"|{st.st_size}|{st.st_mtime_ns}|{gguf_version}|{_CACHE_FORMAT}|{source_sha256}".encode())
     return h.hexdigest()[:24]
 
 
@@ -245,7 +251,7 @@ def _config_from_json(fields: dict) -> TransformerConfig:
     return TransformerConfig(**fields)
 
 
-def _write_entry(entry: str, config: TransformerConfig, host: dict) -> None:
+def _write_entry(entry: str, config: TransformerConfig, host: dict, source_sha256: str | None = None) -> None:
     """Writes the cache file atomically: magic, header length, JSON header, then the arrays."""
     from wmspec_jax import storage
 
@@ -254,10 +260,12 @@ def _write_entry(entry: str, config: TransformerConfig, host: dict) -> None:
         leaves.append({"name": key, "shape": list(w.shape), "offset": offset})
         offset += -(-w.nbytes // _ALIGN) * _ALIGN
     header = json.dumps({"format": _CACHE_FORMAT, "config": _config_json(config), "leaves": leaves,
-                         "data_bytes": offset}).encode()
+                         "data_bytes": offset, "source_sha256": source_sha256}).encode()
     start = -(-(len(_CACHE_MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
 
     def write(f) -> None:
+        if hasattr(os, "fchmod"):  # owner-only whatever the umask: the cache reads no writable file
+            os.fchmod(f.fileno(), 0o600)
         f.write(_CACHE_MAGIC + struct.pack("<Q", len(header)) + header)
         f.write(b"\0" * (start - len(_CACHE_MAGIC) - 8 - len(header)))
         for _, w in _leaves(host):
@@ -267,9 +275,9 @@ def _write_entry(entry: str, config: TransformerConfig, host: dict) -> None:
     storage.atomic_write(entry, write)
 
 
-def _read_entry(entry: str):
-    """(config, float32 params mapped read-only from ``entry``), or None when it is missing or not a
-    whole, matching cache file."""
+def _read_entry(entry: str, source_sha256: str | None = None):
+    """(config, float32 params mapped read-only from ``entry``), or None when it is missing, not a
+    whole, matching cache file, or made from another GGUF file than ``source_sha256`` (when given)."""
     try:
         with open(entry, "rb") as f:
             lead = f.read(len(_CACHE_MAGIC) + 8)
@@ -280,6 +288,8 @@ def _read_entry(entry: str):
                 return None
             header = json.loads(f.read(n).decode())
         if header.get("format") != _CACHE_FORMAT:
+            return None
+        if source_sha256 is not None and header.get("source_sha256") != source_sha256:
             return None
         config = _config_from_json(header["config"])
         start = -(-(len(_CACHE_MAGIC) + 8 + n) // _ALIGN) * _ALIGN
