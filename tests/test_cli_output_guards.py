@@ -148,9 +148,15 @@ def test_only_a_torn_last_line_of_the_tools_own_jsonl_is_removed_and_named(tmp_p
     assert "the 2 line(s) before it are kept" in err
     only = tmp_path / "only.jsonl"  # nothing but a cut line: not shown to be the tool's own
     only.write_text(torn)
-    with pytest.raises(InputError, match="its only line, line 1, is not a complete JSON object"):
+    with pytest.raises(InputError, match="no line of it is a complete JSON object"):
         _open(only)
     assert only.read_text() == torn
+    damaged_first = tmp_path / "damaged-first.jsonl"  # a cut line kept from before, then the tool's lines
+    damaged_first.write_text('{"id": "g/9", "ru\n' + whole + torn)
+    with pytest.warns(UserWarning, match=r"skipped 1 unreadable line\(s\) \(line 1\); they stay in the file"):
+        _, done, err = _open(damaged_first)
+    assert sorted(done) == [0, 1] and damaged_first.read_text() == '{"id": "g/9", "ru\n' + whole
+    assert "removed its last line 4 (" in err
     no_newline = tmp_path / "no-newline.jsonl"  # a complete last object without its newline is kept
     no_newline.write_text(json.dumps(RECORD) + "\n" + json.dumps({"id": "x", "run": "g", "text": "kept"}))
     _, done, err = _open(no_newline)

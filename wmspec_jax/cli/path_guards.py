@@ -11,7 +11,7 @@ texts read. Two more ways to lose data remain, and this module closes both befor
   ``wmspec-generate`` also writes the lock file beside its output, so that path is checked too.
 * **An existing output that is not the tool's own JSONL** (notes, a key, a prompt list): appending to
   it or replacing it would destroy it, so it is refused. A file is the tool's own when every non-empty
-  line starts with ``{`` and the first is a JSON object of the kind the tool writes
+  line starts with ``{`` and the first complete JSON object is of the kind the tool writes
   (:data:`KINDS`). Only a genuine torn last line of such a file (no final newline, not a JSON
   object: a write cut short by a kill) is removed before appending, and the message says which line
   and how many bytes were dropped.
@@ -178,28 +178,31 @@ def check_own_jsonl(flag: str, path: Optional[str], kind: str, *, torn_allowed: 
         return InputError(f"{flag}={path} already exists and is not {description}: {why}; it is left as it "
                           f"is (nothing is appended to it or written over it); choose another {flag}")
 
-    first, last = None, None
+    first, last, content = None, None, False  # the first line that is a JSON object decides; damaged ones
+    # (a cut line kept from an earlier run) may precede it
     try:
         for number, offset, line in _lines(path):
             last = (number, offset, line)
             body = line.strip()
             if not body:
                 continue
+            content = True
             if not body.startswith(b"{"):
                 raise refusal(f"line {number} is not a JSON object")
             if first is None:
-                first = number
                 rec = _json_object(body)
-                if rec is None or not accepts(rec):
-                    if rec is None and torn_allowed and not line.endswith(b"\n"):
-                        raise refusal(f"its only line, line {number}, is not a complete JSON object")
-                    raise refusal(f"line {number} is not one of them")
+                if rec is not None:
+                    if not accepts(rec):
+                        raise refusal(f"line {number} is not one of them")
+                    first = number
     except OSError as e:
         raise InputError(f"{flag}={path} cannot be read ({e.strerror})") from None
+    if content and first is None:
+        raise refusal("no line of it is a complete JSON object")
     if not torn_allowed or last is None:
         return None
     number, offset, line = last
-    if line.endswith(b"\n") or not line.strip() or number == first or _json_object(line) is not None:
+    if line.endswith(b"\n") or not line.strip() or _json_object(line) is not None:
         return None
     return TornLine(number, offset, line)
 
