@@ -163,6 +163,15 @@ def test_only_a_torn_last_line_of_the_tools_own_jsonl_is_removed_and_named(tmp_p
     assert no_newline.read_text().endswith('"text": "kept"}\n') and "removed" not in err
 
 
+def test_a_line_nested_too_deeply_in_the_output_is_kept_and_reported(tmp_path):
+    out = tmp_path / "out.jsonl"
+    deep = '{"id": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+    out.write_text(json.dumps(RECORD) + "\n" + deep)
+    with pytest.warns(UserWarning, match=r"skipped 1 unreadable line\(s\) \(line 2\)"):
+        _, done, _ = _open(out)
+    assert sorted(done) == [0] and out.read_text().endswith(deep)
+
+
 def test_check_own_jsonl_reads_lines_not_names(tmp_path):
     path = tmp_path / "o.txt"
     path.write_text(json.dumps({"input": "x", "verdict": "watermarked"}) + "\n\n")

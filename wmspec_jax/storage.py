@@ -497,7 +497,7 @@ class JsonlStore:
 def _parse_record(line: bytes):
     try:
         rec = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # nested too deeply: unreadable too
         return None
     return rec if isinstance(rec, dict) and "id" in rec else None
 
