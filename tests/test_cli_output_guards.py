@@ -66,15 +66,15 @@ def test_the_secret_file_is_never_an_output(files):
         for tool, args, flag in [(cli_detect, ["a.txt", NO_TOKENIZER, f"--output={output}"], "--output"),
                                  (cli_detect, [f"--write_human_texts={output}"], "--write_human_texts"),
                                  (cli_generate, ["p.txt", *NO_MODEL, f"--output={output}"], "--output")]:
-            refused(tool, [f"--secret_file={key_flag}", *args], f"{flag}={output} is the file --secret_file={key_flag} "
-                    "reads", f"choose another {flag}")
+            refused(tool, [f"--secret_file={key_flag}", *args], f"{flag}={output} is the file of "
+                    f"--secret_file={key_flag}, which the run reads", f"choose another {flag}")
             assert (files / "K").read_bytes() == key
 
 
 def test_a_saved_detector_is_never_the_output(files):
     (files / "tau.npz").write_bytes(b"a saved detector")
     refused(cli_detect, ["a.txt", "--secret_file=K", NO_TOKENIZER, "--detector=tau.npz,auto", "--output=tau.npz"],
-            "--output=tau.npz is the file --detector=tau.npz reads")
+            "--output=tau.npz is the file of --detector=tau.npz, which the run reads")
     assert (files / "tau.npz").read_bytes() == b"a saved detector"
 
 
@@ -83,14 +83,14 @@ def test_a_file_of_the_tokenizer_directory_is_never_the_output(files):
     tok.mkdir()
     (tok / "tokenizer.json").write_text("{}")
     refused(cli_detect, ["a.txt", "--secret_file=K", f"--tokenizer={tok}", f"--output={tok / 'tokenizer.json'}"],
-            f"inside the directory --tokenizer={tok} reads")
+            f"inside the directory of --tokenizer={tok}, which the run reads")
     assert (tok / "tokenizer.json").read_text() == "{}"
 
 
 def test_the_lock_file_of_the_output_is_never_a_file_the_run_reads(files):
     os.rename("K", ".out.jsonl.lock")
     refused(cli_generate, ["p.txt", "--secret_file=.out.jsonl.lock", *NO_MODEL, "--output=out.jsonl"],
-            "the lock file", "--secret_file=.out.jsonl.lock reads")
+            "the lock file", "--secret_file=.out.jsonl.lock, which the run reads")
     assert (files / ".out.jsonl.lock").read_text() == SECRET + "\n" and not (files / "out.jsonl").exists()
 
 

@@ -42,7 +42,7 @@ SHOWN_BYTES = 60
 
 
 class ReadPath(NamedTuple):
-    """A path the run reads, and the flag that names it (``"an input"`` for a positional argument)."""
+    """A path the run reads, and the flag that names it (``""`` for a positional argument)."""
 
     flag: str
     path: str
@@ -82,7 +82,7 @@ READ_FLAGS = ("input", "secret_file", "detector", "calibrate", "scheme_config", 
 
 def tool_reads(fv, paths: Sequence[str] = ()) -> list:
     """What a tool run on parsed flags ``fv`` reads (:data:`READ_FLAGS`), with its positional ``paths``."""
-    pairs = [("an input", list(paths))]
+    pairs = [("", list(paths))]
     pairs += [(f"--{name}", fv[name].value) for name in READ_FLAGS if name in fv and fv[name].value is not None]
     return read_paths(pairs)
 
@@ -119,9 +119,10 @@ def refuse_read_paths(flag: str, path: Optional[str], reads: Sequence[ReadPath],
         read_stat = _stat(read.path)
         if read_stat is None:
             continue
+        source = f"{read.flag}={read.path}" if read.flag else f"the input {read.path}"
         if stat.S_ISDIR(read_stat.st_mode):
             if out_stat is not None and _inside(path, read.path):
-                raise InputError(f"{named} is a file inside the directory {read.flag}={read.path} reads: "
+                raise InputError(f"{named} is a file inside the directory of {source}, which the run reads: "
                                  f"writing it could destroy what the run loads; choose another {flag}")
             continue
         same_path = os.path.realpath(path) == os.path.realpath(read.path)
@@ -129,8 +130,8 @@ def refuse_read_paths(flag: str, path: Optional[str], reads: Sequence[ReadPath],
         if same_path or same_file:
             how = "" if os.path.abspath(path) == os.path.abspath(read.path) else \
                 " (the same file under another name: a link or another spelling of the path)"
-            raise InputError(f"{named} is the file {read.flag}={read.path} reads{how}: writing it would destroy "
-                             f"it; choose another {flag}")
+            raise InputError(f"{named} is the file of {source}, which the run reads{how}: writing it would "
+                             f"destroy it; choose another {flag}")
 
 
 def _lines(path: str):
