@@ -152,7 +152,7 @@ class Secret:
 
     def stream_keys(self) -> "StreamKeys":
         """The secret used directly as one key for every text: ``StreamKeys`` uint32[3, 2]."""
-        return StreamKeys(self._master, self.fingerprint, DIRECT)
+        return StreamKeys(self._master, self, DIRECT)
 
     def __repr__(self) -> str:
         return f"Secret(fingerprint={self.fingerprint})"
@@ -183,20 +183,29 @@ class StreamKeys:
     ``__array__``. ``repr`` shows the shape and fingerprint, never the words.
 
     Attributes:
-      fingerprint: the fingerprint of the secret the words came from.
+      fingerprint: the fingerprint of the secret the words came from (``fingerprint`` may be given as
+        the :class:`Secret` itself: then it is derived when first read).
       derivation: :data:`KEY_DERIVATION` (per-text keys) or :data:`DIRECT`.
     """
 
-    __slots__ = ("_words", "fingerprint", "derivation")
+    __slots__ = ("_words", "_fingerprint", "derivation")
 
-    def __init__(self, words, fingerprint: str, derivation: str):
+    def __init__(self, words, fingerprint, derivation: str):
         words = np.array(words, np.uint32)
         if words.shape[-2:] != (prf.NUM_STREAMS, 2) or words.ndim not in (2, 3):
             raise ValueError(f"stream key words must be uint32[3, 2] or [B, 3, 2], got shape {words.shape}")
         words.setflags(write=False)
         self._words = words
-        self.fingerprint = str(fingerprint)
+        # a Secret's fingerprint is a slow derivation: computed when first asked for, not per key set
+        self._fingerprint = fingerprint if isinstance(fingerprint, Secret) else str(fingerprint)
         self.derivation = str(derivation)
+
+    @property
+    def fingerprint(self) -> str:
+        """The fingerprint of the secret the words came from."""
+        if isinstance(self._fingerprint, Secret):
+            self._fingerprint = self._fingerprint.fingerprint
+        return self._fingerprint
 
     @property
     def words(self) -> np.ndarray:
@@ -221,7 +230,7 @@ class StreamKeys:
             raise TypeError("a single key (uint32[3, 2]) has no rows to select")
         if isinstance(rows, tuple):
             raise IndexError("StreamKeys selects rows only; np.asarray(keys) gives the raw words")
-        return StreamKeys(self._words[rows], self.fingerprint, self.derivation)
+        return StreamKeys(self._words[rows], self._fingerprint, self.derivation)
 
     def __repr__(self) -> str:
         n = self._words.shape[0]
@@ -298,7 +307,7 @@ def text_keys(secret, indices: Iterable[int], run: str = "") -> StreamKeys:
     prefix = (f"{KEY_DERIVATION}/text".encode() + b"\x00" + sec._master.astype("<u4").tobytes()
               + struct.pack("<I", len(run_bytes)) + run_bytes)
     words = np.stack([prf.stream_keys(hashlib.sha256(prefix + struct.pack("<Q", i)).digest()) for i in idx])
-    return StreamKeys(words, sec.fingerprint, KEY_DERIVATION)
+    return StreamKeys(words, sec, KEY_DERIVATION)
 
 
 def _check_index(i) -> int:
