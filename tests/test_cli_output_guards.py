@@ -172,6 +172,18 @@ def test_a_line_nested_too_deeply_in_the_output_is_kept_and_reported(tmp_path):
     assert sorted(done) == [0] and out.read_text().endswith(deep)
 
 
+def test_files_no_flag_names_are_guarded_when_given(tmp_path):
+    """A file the run reads without a flag (a record found beside an input) is refused as an output too;
+    a flag the tool writes instead of reading is left to the tool."""
+    beside = tmp_path / "in.jsonl.record.json"
+    beside.write_text("{}")
+    with pytest.raises(InputError, match="is the file of the record beside an input .*in.jsonl.record.json"):
+        path_guards.check_output({}, "--output", str(beside), [], "wmspec-detect",  # {}: no flags given
+                                 also_reads=[("the record beside an input", str(beside))])
+    assert path_guards.tool_reads({"secret_file": types.SimpleNamespace(value=str(beside))}, [],
+                                  written=("secret_file",)) == []
+
+
 def test_check_own_jsonl_reads_lines_not_names(tmp_path):
     path = tmp_path / "o.txt"
     path.write_text(json.dumps({"input": "x", "verdict": "watermarked"}) + "\n\n")

@@ -416,7 +416,7 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
 
     outputs.check_output_path("--output", fv.output, all_paths, stdin=stdin,
                               consequence="the generated lines would be written into it")
-    path_guards.check_output(fv, "--output", fv.output, paths, PROG, locked=True)
+    path_guards.check_output(fv, "--output", fv.output, paths, PROG, locked=True, written=("deployment",))
     secret = _secret(fv, stderr)
     inputs = read_inputs(all_paths, fmt=fv.input_format, field=fv.prompt_field, unit="line", stdin=stdin)
     inputs = [x for x in inputs if x.text.strip()]

@@ -42,7 +42,8 @@ SHOWN_BYTES = 60
 
 
 class ReadPath(NamedTuple):
-    """A path the run reads, and the flag that names it (``""`` for a positional argument)."""
+    """A path the run reads, and the flag that names it (``""`` for a positional argument; words such as
+    ``"the deployment record beside an input"`` for a file no flag names)."""
 
     flag: str
     path: str
@@ -80,10 +81,12 @@ READ_FLAGS = ("input", "secret_file", "detector", "calibrate", "scheme_config", 
 """The flags of the tools that name a file or a directory the run reads (those a tool defines)."""
 
 
-def tool_reads(fv, paths: Sequence[str] = ()) -> list:
-    """What a tool run on parsed flags ``fv`` reads (:data:`READ_FLAGS`), with its positional ``paths``."""
+def tool_reads(fv, paths: Sequence[str] = (), *, written: Sequence[str] = ()) -> list:
+    """What a tool run on parsed flags ``fv`` reads (:data:`READ_FLAGS`, less the flags in ``written``,
+    which this tool writes), with its positional ``paths``."""
     pairs = [("", list(paths))]
-    pairs += [(f"--{name}", fv[name].value) for name in READ_FLAGS if name in fv and fv[name].value is not None]
+    pairs += [(f"--{name}", fv[name].value) for name in READ_FLAGS
+              if name not in written and name in fv and fv[name].value is not None]
     return read_paths(pairs)
 
 
@@ -119,7 +122,8 @@ def refuse_read_paths(flag: str, path: Optional[str], reads: Sequence[ReadPath],
         read_stat = _stat(read.path)
         if read_stat is None:
             continue
-        source = f"{read.flag}={read.path}" if read.flag else f"the input {read.path}"
+        source = (f"{read.flag}={read.path}" if read.flag.startswith("--") else
+                  f"{read.flag or 'the input'} {read.path}")
         if stat.S_ISDIR(read_stat.st_mode):
             if out_stat is not None and _inside(path, read.path):
                 raise InputError(f"{named} is a file inside the directory of {source}, which the run reads: "
@@ -231,13 +235,15 @@ def lock_path(path: str) -> str:
 
 
 def check_output(fv, flag: str, path: Optional[str], paths: Sequence[str], kind: str, *,
-                 locked: bool = False) -> None:
+                 locked: bool = False, written: Sequence[str] = (), also_reads: Sequence[tuple] = ()) -> None:
     """Both checks of this module for one output of a tool run on parsed flags ``fv`` with positional
     ``paths``: not a file the run reads (nor, with ``locked``, is its lock file), and not an existing file
-    of anything but ``kind``'s own JSONL. Raises InputError naming the flags."""
+    of anything but ``kind``'s own JSONL. ``written``: flags of :data:`READ_FLAGS` this tool writes
+    instead; ``also_reads``: ``(what, path)`` of files the run reads that no flag names (a file found
+    beside an input). Raises InputError naming the flags."""
     if path is None or path == "-":
         return
-    reads = tool_reads(fv, paths)
+    reads = tool_reads(fv, paths, written=written) + read_paths(also_reads)
     refuse_read_paths(flag, path, reads)
     if locked:
         refuse_read_paths(flag, lock_path(path), reads, what="the lock file")
