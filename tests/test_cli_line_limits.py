@@ -63,6 +63,20 @@ def test_out_of_bounds_lines_are_skipped_and_the_rest_is_scored(mixed, key, monk
     _check_report(err)
 
 
+def test_an_undecodable_first_line_of_a_jsonl_file_is_skipped_too(tmp_path, key):
+    """A file named JSONL (or read with --input_format=jsonl) is records from its first line on."""
+    good = json.dumps({"text": TEXT, "id": "good"}).encode()
+    for name, extra in [("first.jsonl", []), ("first.txt", ["--input_format=jsonl"])]:
+        path = tmp_path / name
+        path.write_bytes('{"text": "caf\xe9"}'.encode("latin-1") + b"\n" + good + b"\n")
+        rc, out, err = run_tool(cli_detect, [str(path), key, "--format=json", *extra], SECRET)
+        assert rc == 0 and [r["id"] for r in lines(out)] == ["good"], err
+        assert f"skipped {path}:1: binary input (not UTF-8 text: byte 13" in err, err
+    path = tmp_path / "first.txt"  # by content alone, an undecodable first line is binary input
+    rc, _, err = run_tool(cli_detect, [str(path), key], SECRET)
+    assert rc == 2 and "binary input" in err, err
+
+
 def test_model_assisted_detection_never_receives_an_out_of_bounds_line(mixed, key, monkeypatch):
     """Under ``--model`` (the pair's loading and the scoring stubbed: only what reaches them matters) the
     out-of-bounds lines are dropped before a chunk is scored."""

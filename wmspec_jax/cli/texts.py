@@ -107,7 +107,11 @@ def _is_jsonl(first: str, where: str, fmt: str) -> bool:
         return fmt == "jsonl"
     # a file named JSONL stays JSONL when its first line is damaged: that line is skipped and reported,
     # never a reason to read the records after it as one plain text
-    return _is_json_object(first) or where.lower().endswith(JSONL_SUFFIXES)
+    return _is_json_object(first) or _jsonl_name(where)
+
+
+def _jsonl_name(where: str) -> bool:
+    return where.lower().endswith(JSONL_SUFFIXES)
 
 
 def _decoded_lines(raw_lines, where: str, *, per_line: bool = False):
@@ -153,17 +157,19 @@ def iter_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
         stream, where, close = _open_input(path, stdin)
         try:
             raw_lines = enumerate(stream, start=1)
-            lines = _decoded_lines(raw_lines, where)
+            # JSONL by flag or by name: even its first line is a record of its own, skipped when undecodable
+            named_jsonl = skipped is not None and (fmt == "jsonl" or (fmt == "auto" and _jsonl_name(where)))
+            lines = _decoded_lines(raw_lines, where, per_line=named_jsonl)
             head = []  # the lines up to the first non-empty one decide the format
             try:
                 for number, line in lines:
                     head.append((number, line))
-                    if line.strip():
+                    if isinstance(line, InputError) or line.strip():
                         break
             except OSError as e:
                 raise InputError(f"{where}: cannot read ({e.strerror})") from None
             first = head[-1][1] if head else ""
-            if _is_jsonl(first, where, fmt):
+            if named_jsonl or _is_jsonl(first, where, fmt):
                 # one undecodable record is skipped like any unreadable line, not the end of the input
                 rest = _decoded_lines(raw_lines, where, per_line=skipped is not None)
                 yield from _jsonl_lines(itertools.chain(head, rest), where, field, skipped)
@@ -197,8 +203,10 @@ def read_inputs(paths: Sequence[str], *, fmt: str = "auto", field: str = "text",
         non-empty line (``"line"``, the prompts of ``wmspec-generate``).
       stdin: a binary stream for ``"-"`` (default ``sys.stdin.buffer``).
       skipped: a list: a JSONL line that is not an object with a string
-        ``field`` (or whose text is not valid Unicode) is skipped and
-        ``(where, why)`` appended to it, instead of raising.
+        ``field`` (or whose text is not valid Unicode, whose bytes are not
+        UTF-8, or which is nested too deeply to parse) is skipped and
+        ``(where, why)`` appended to it, instead of raising; the lines after
+        it are read on.
 
     Raises:
       InputError: a missing or unreadable file, binary input, malformed
