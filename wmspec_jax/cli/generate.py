@@ -405,6 +405,16 @@ def _report_repeated_prompts(fv, texts: Sequence[str], where: Sequence[str], std
               file=stderr)
 
 
+def _check_output(fv, paths: Sequence[str], stdin) -> None:
+    """``--output`` before any work: its kind, not an input nor any file the run reads (nor is its lock
+    file), and an existing file only when it holds this tool's own lines (:mod:`.outputs`, :mod:`.path_guards`)."""
+    from wmspec_jax.cli import outputs, path_guards
+
+    outputs.check_output_path("--output", fv.output, list(fv.input) + list(paths), stdin=stdin,
+                              consequence="the generated lines would be written into it")
+    path_guards.check_output(fv, "--output", fv.output, paths, PROG, locked=True, written=("deployment",))
+
+
 def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     """Runs the tool on parsed flags; returns the number of texts generated now."""
     from wmspec_jax import batching, sampling, storage
@@ -412,11 +422,7 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
 
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
     all_paths = list(fv.input) + list(paths)
-    from wmspec_jax.cli import outputs, path_guards
-
-    outputs.check_output_path("--output", fv.output, all_paths, stdin=stdin,
-                              consequence="the generated lines would be written into it")
-    path_guards.check_output(fv, "--output", fv.output, paths, PROG, locked=True, written=("deployment",))
+    _check_output(fv, paths, stdin)
     secret = _secret(fv, stderr)
     inputs = read_inputs(all_paths, fmt=fv.input_format, field=fv.prompt_field, unit="line", stdin=stdin)
     inputs = [x for x in inputs if x.text.strip()]
