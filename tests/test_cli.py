@@ -82,9 +82,12 @@ def test_the_right_key_detects_the_answers(generated, secret_file):
     res = lines(stdout)
     assert len(res) == NUM_TEXTS and all(r["detector"]["name"] == "ars-prior" for r in res)
     assert all(r["key"] == {"derivation": keys.DIRECT} for r in res)
-    # the recorded ids are scored (EOS included) and Ars-Prior's p is each line's draft fraction
+    # the recorded ids are scored (EOS included) and Ars-Prior's p is the deployment record's, the mean draft
+    # fraction of the run (wmspec-generate wrote the record beside its output), never a line's own
     assert [r["num_tokens"] for r in res] == [x["num_tokens"] for x in recs]
-    assert [r["detector"]["settings"]["draft_fraction"] for r in res] == [x["draft_fraction"] for x in recs]
+    p = np.mean([x["draft_fraction"] for x in recs])
+    assert all(r["detector"]["settings"]["draft_fraction"] == pytest.approx(p, abs=1e-12) for r in res)
+    assert len({r["detector"]["settings"]["draft_fraction"] for r in res}) == 1
     assert all(r["provenance"]["key_fingerprint"] == keys.Secret(SECRET).fingerprint for r in res)
     full = [r for r in res if r["num_scored"] >= 48]
     log10 = np.array([r["log10_pvalue"] for r in full])
@@ -98,7 +101,8 @@ def test_the_right_key_detects_the_answers(generated, secret_file):
     from wmspec_jax.cli.texts import load_tokenizer, vocab_size
 
     vocab = vocab_size(load_tokenizer("builtin"))
-    library = detect.score_texts(recs, keys.Secret(SECRET), vocab_size=vocab)
+    library = detect.score_texts(recs, keys.Secret(SECRET), vocab_size=vocab,
+                                 options=detect.ScoringOptions(draft_fraction=res[0]["detector"]["settings"]["draft_fraction"]))
     assert [{**r, "input": None} for r in library] == [{**r, "input": None} for r in res]
     both = detect.score_texts(recs[:3], SECRET, ["auto", "single"], vocab_size=vocab,
                               options=detect.ScoringOptions(alpha=0.5, min_tokens=1000))
@@ -143,15 +147,15 @@ def test_wrong_secrets_are_calibrated_over_1000_texts(generated, tmp_path):
 
 
 def test_a_wrong_key_is_calibrated_over_1000_texts(generated, tmp_path, secret_file):
-    """The 24 answers under 48 wrong (run, index) keys each (--keys=per_text: lines without a recorded
-    derivation are otherwise scored with the secret itself): >= 1,000 scores (an answer too short to
-    score drops out), FPR at 0.01 in its binomial band."""
+    """The 24 answers under 48 wrong (run, index) keys each (--run / --index: the flags name each text's
+    per-text key by position; a line's own run and index choose nothing): >= 1,000 scores (an answer too
+    short to score drops out), FPR at 0.01 in its binomial band."""
     _, _, recs = generated
     wrong = [{"text": r["text"], "run": f"wrong-{j}", "index": r["index"]} for j in range(48) for r in recs]
     path = tmp_path / "wrong.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in wrong))
     rc, stdout, err = call(cli_detect, [str(path), f"--secret_file={secret_file}", "--detector=auto,single",
-                                        "--timing", "--keys=per_text"])
+                                        "--timing", "--run=wrong", "--index=0"])
     assert rc == 0, err
     assert "tokens/s" in err
     res = [r for r in lines(stdout) if r["results"][0]["pvalue"] is not None]
@@ -172,7 +176,8 @@ def test_human_text_is_calibrated_over_1000_texts(tmp_path, secret_file):
     path = tmp_path / "human.jsonl"
     path.write_text("".join(json.dumps({"text": t, "run": "human", "index": i}) + "\n"
                             for i, t in enumerate(human_chunks(1100))))
-    rc, stdout, err = call(cli_detect, [str(path), f"--secret_file={secret_file}", "--windowed", "--keys=per_text"])
+    rc, stdout, err = call(cli_detect, [str(path), f"--secret_file={secret_file}", "--windowed", "--run=human",
+                                        "--index=0"])
     assert rc == 0, err
     res = lines(stdout)
     p = np.array([r["pvalue"] for r in res if r["pvalue"] is not None])
@@ -298,7 +303,7 @@ def test_python_m_wmspec_jax_cli_detect(generated, secret_file):
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop(keys.ENV_VAR, None)
     proc = subprocess.run([sys.executable, "-m", "wmspec_jax.cli.detect", str(out), f"--secret_file={secret_file}",
-                           "--detector=single"], capture_output=True, text=True, env=env, timeout=300)
+                           "--detector=auto,single"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     res = lines(proc.stdout)
     assert len(res) == NUM_TEXTS and SECRET not in proc.stdout + proc.stderr
@@ -337,4 +342,4 @@ def test_multi_draft_answers_are_detected_over_their_sibling_streams(tmp_path, s
           f"{np.median(searched):.1f} (pasted, 3 streams searched)")
     assert len(recorded) >= 3 and np.median(recorded) < -3 and np.median(searched) < -2, (recorded, searched)
     rc, _, err = call(cli_detect, [str(out), f"--secret_file={secret_file}", "--siblings=1"])
-    assert rc == 2 and "draft_tree" in err and "--siblings=1" in err
+    assert rc == 2 and "siblings=3" in err and "--siblings=1" in err  # the deployment record beside the output

@@ -102,26 +102,36 @@ def test_flags_that_cannot_be_right_are_refused(tmp_path, key):
 
 
 def test_a_line_of_another_key_or_version_is_an_error_not_a_quiet_not_detected(tmp_path, key):
+    """Such a line is an error naming it (its output line carries the message, exit status 1); the other
+    lines are scored."""
     mine = keys.Secret(SECRET).fingerprint
     other = {"text": TEXT, "key_fingerprint": "0123456789abcdef", "key_derivation": "direct"}
-    rc, stdout, err = call([jsonl(tmp_path / "a.jsonl", [other]), key])
-    assert rc == 2 and "key fingerprint 0123456789abcdef" in err and mine in err and "--ignore_provenance" in err
+    rc, stdout, err = call([jsonl(tmp_path / "a.jsonl", [other, {"text": TEXT}]), key, "--format=json"])
+    refused, scored = lines(stdout)
+    assert rc == 1 and "a.jsonl:1" in err and refused["verdict"] == "error" and scored["pvalue"] is not None
+    assert "key fingerprint 0123456789abcdef" in refused["error"] and mine in refused["error"]
+    assert "--ignore_provenance" in refused["error"]
     rc, stdout, err = call([jsonl(tmp_path / "a.jsonl", [other]), key, "--ignore_provenance", "--format=json"])
     assert rc == 0 and lines(stdout)[0]["provenance"]["key_fingerprint"] == mine
     old = {"text": TEXT, "prf_version": "wmspec-prf-v0"}
-    rc, _, err = call([jsonl(tmp_path / "b.jsonl", [old]), key])
-    assert rc == 2 and "PRF version wmspec-prf-v0" in err and prf.PRF_VERSION in err
+    rc, stdout, err = call([jsonl(tmp_path / "b.jsonl", [old]), key, "--format=json"])
+    (refused,) = lines(stdout)
+    assert rc == 1 and "prf_version=wmspec-prf-v0" in refused["error"] and prf.PRF_VERSION in refused["error"]
 
 
 def test_flags_do_not_silently_override_what_a_line_records(tmp_path, key):
+    """Without a deployment record the flags (and their defaults) are the deployment: a line that records
+    other settings is an error naming it and the setting, never scored under settings it was not made with."""
     row = {"text": TEXT, "decoder": "synthid", "synthid_layers": 30, "context_width": 4, "key_fingerprint":
            keys.Secret(SECRET).fingerprint, "key_derivation": "direct", "prf_version": prf.PRF_VERSION}
     path = jsonl(tmp_path / "s.jsonl", [row])
-    for flag, message in [("--decoder=gumbel", "decoder=synthid"), ("--context_width=3", "context_width=4"),
-                          ("--synthid_layers=20", "synthid_layers=30")]:
-        rc, stdout, err = call([path, key, flag])
-        assert rc == 2 and message in err and flag in err and not stdout, (flag, err)
-    rc, stdout, _ = call([path, key, "--context_width=4", "--format=json"])  # agreeing flags are fine
+    ours = ["--decoder=synthid", "--synthid_layers=30"]
+    for flags_, message in [(["--decoder=gumbel"], "decoder=synthid"), (ours + ["--context_width=3"], "context_width=4"),
+                            (["--decoder=synthid", "--synthid_layers=20"], "synthid_layers=30"), ([], "decoder=synthid")]:
+        rc, stdout, err = call([path, key, "--format=json"] + flags_)
+        (res,) = lines(stdout)
+        assert rc == 1 and res["verdict"] == "error" and message in res["error"] and "s.jsonl:1" in err, (flags_, err)
+    rc, stdout, _ = call([path, key, "--context_width=4", "--format=json"] + ours)  # agreeing flags are fine
     assert rc == 0 and lines(stdout)[0]["provenance"]["context_width"] == 4
     rc, stdout, _ = call([path, key, "--context_width=3", "--ignore_provenance", "--format=json"])
     assert rc == 0 and lines(stdout)[0]["provenance"]["context_width"] == 3
@@ -139,9 +149,10 @@ def test_recorded_token_ids_are_scored_as_they_are(tmp_path, key):
     assert rc == 0, err
     (res,) = lines(stdout)
     assert res["num_tokens"] == len(ids) == len(tok.encode(TEXT, add_special_tokens=False)) + 1
-    assert res["detector"]["settings"]["draft_fraction"] == 0.25
-    rc, stdout, _ = call([jsonl(tmp_path / "t.jsonl", [row]), key, "--format=json", "--draft_fraction=0.5"])
-    assert lines(stdout)[0]["detector"]["settings"]["draft_fraction"] == 0.5
+    # Ars-Prior's p is the deployment's (here the detector's default), never the line's own draft_fraction
+    assert res["detector"]["settings"]["draft_fraction"] == 0.5
+    rc, stdout, _ = call([jsonl(tmp_path / "t.jsonl", [row]), key, "--format=json", "--draft_fraction=0.7"])
+    assert lines(stdout)[0]["detector"]["settings"]["draft_fraction"] == 0.7
 
 
 def test_multi_draft_synthid_lines_are_searched_or_read_from_their_records(tmp_path, key):
@@ -150,10 +161,16 @@ def test_multi_draft_synthid_lines_are_searched_or_read_from_their_records(tmp_p
     be right are errors, not a quietly different search."""
     from wmspec_jax.models import builtin
 
+    from wmspec_jax import deployment_record
+
     ids = builtin.builtin_tokenizer().encode(TEXT, add_special_tokens=False)
     row = {"text": TEXT, "tokens": ids, "decoder": "synthid", "synthid_layers": 30, "draft_tree": [3, 1, 1],
            "key_derivation": "direct"}
     path = jsonl(tmp_path / "m.jsonl", [row, {**row, "candidate": [i % 3 for i in range(len(ids))]}])
+    # the deployment that issued these ids: a candidate record is believed for token ids it issued only
+    settings = {"decoder": "synthid", "synthid_layers": 30, "draft_tree": [3, 1, 1], "context_width": 4}
+    deployment_record.write(path + deployment_record.SUFFIX, deployment_record.record_body(
+        keys.Secret(SECRET), settings, key_derivation=keys.DIRECT, texts=[("r", 0, ids)]))
     rc, stdout, err = call([path, key, "--format=json"])
     assert rc == 0, err
     searched, recorded = lines(stdout)
@@ -165,7 +182,7 @@ def test_multi_draft_synthid_lines_are_searched_or_read_from_their_records(tmp_p
     assert rc == 0 and lines(stdout)[0]["sibling_weights"] == [0.333333] * 3, err
     assert "unused" not in err
     rc, stdout, err = call([jsonl(tmp_path / "r.jsonl", [row | {"candidate": [0] * len(ids)}]), key,
-                            "--format=json", "--sibling_weights=1,1,1"])
+                            "--format=json", "--sibling_weights=1,1,1", f"--deployment={path}.deployment.json"])
     assert rc == 0 and "sibling_weights" not in lines(stdout)[0] and "--sibling_weights unused" in err, err
     for flag, message in [("--sibling_weights=1,1", "searches 3 sibling streams; --sibling_weights gives 2"),
                           ("--sibling_weights=1,0,1", "must be positive numbers"),
@@ -174,15 +191,24 @@ def test_multi_draft_synthid_lines_are_searched_or_read_from_their_records(tmp_p
         assert rc == 2 and message in err and not stdout, (flag, err)
 
 
-def test_lines_with_run_and_index_but_no_derivation_are_scored_with_the_secret_and_a_warning(tmp_path, key):
-    """The keys are never guessed from other fields: a line without key_derivation gets the secret itself
-    (wmspec-generate's default) and a warning; --keys=per_text gives it its run / index keys."""
+def test_lines_with_run_and_index_but_no_derivation_get_the_deployment_keys(tmp_path, key):
+    """The keys are never guessed from a line's fields: a line's run and index without a record get the
+    deployment's keys (the secret itself); --keys=per_text needs the run's record, which gives them."""
+    from wmspec_jax import deployment_record
+
     path = jsonl(tmp_path / "o.jsonl", [{"text": TEXT, "run": "r1", "index": 7}])
     rc, stdout, err = call([path, key, "--format=json"])
-    assert rc == 0 and lines(stdout)[0]["key"] == {"derivation": keys.DIRECT}
-    assert "no key_derivation" in err and "o.jsonl:1" in err and "--keys=per_text" in err
+    assert rc == 0 and lines(stdout)[0]["key"] == {"derivation": keys.DIRECT}, err
     rc, stdout, err = call([path, key, "--format=json", "--keys=per_text"])
-    assert rc == 0 and lines(stdout)[0]["key"] == {"derivation": keys.KEY_DERIVATION, "run": "r1", "index": 7}
+    assert rc == 2 and "--keys=per_text" in err and "record" in err and not stdout
+    record = str(tmp_path / "r1.deployment.json")
+    deployment_record.write(record, deployment_record.record_body(
+        keys.Secret(SECRET), {"decoder": "gumbel", "context_width": 4}, key_derivation=keys.KEY_DERIVATION,
+        texts=[("r1", 7, [1])]))
+    rc, stdout, err = call([path, key, "--format=json", "--keys=per_text", f"--deployment={record}"])
+    assert rc == 0, err
+    assert {k: lines(stdout)[0]["key"][k] for k in ("derivation", "run", "index")} == {
+        "derivation": keys.KEY_DERIVATION, "run": "r1", "index": 7}
 
 
 def test_a_line_without_a_watermark_says_so(tmp_path, key):

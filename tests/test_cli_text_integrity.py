@@ -142,22 +142,30 @@ def test_a_line_whose_text_is_not_its_tokens_is_an_error_naming_it(tmp_path, key
     assert rc == 0 and score_of(lines(stdout)[0]) == score_of(want), err
 
 
-def test_a_line_without_its_key_derivation_is_scored_with_the_secret_and_a_warning(tmp_path, key, record):
+def test_a_line_without_its_key_derivation_gets_the_deployment_keys(tmp_path, key, record):
+    """A trimmed line's run and index choose no key: without a record it is scored with the secret itself,
+    --keys=per_text is refused without the run's record, and with that record the line's ids find its key."""
+    from wmspec_jax import deployment_record
+
     trimmed = {k: record[k] for k in ("id", "run", "index", "text")}
     path = write_jsonl(tmp_path / "trimmed.jsonl", [trimmed, {"id": "human", "text": OTHER}])
     rc, stdout, err = call([path, key])
     assert rc == 0, err
     first, second = lines(stdout)
     assert first["key"] == {"derivation": keys.DIRECT} and second["key"] == {"derivation": keys.DIRECT}
-    assert "warning: 1 line(s)" in err and "trimmed.jsonl:1" in err and "--keys=per_text" in err
     rc, stdout, err = call([path, key, "--keys=per_text"])
-    assert rc == 2 and "trimmed.jsonl:2" in err and "per-text keys need" in err
-    rc, stdout, err = call([write_jsonl(tmp_path / "one.jsonl", [trimmed]), key, "--keys=per_text"])
-    assert rc == 0 and "warning" not in err, err
-    assert lines(stdout)[0]["key"] == {"derivation": keys.KEY_DERIVATION, "run": "gen-x", "index": 0}
-    # a recorded derivation is never overridden quietly
-    rc, _, err = call([write_jsonl(tmp_path / "rec.jsonl", [record]), key, "--keys=per_text"])
-    assert rc == 2 and "key_derivation" in err and "--ignore_provenance" in err, err
+    assert rc == 2 and "per-text keys need the run's own deployment record" in err and not stdout
+    dep = str(tmp_path / "gen-x.deployment.json")
+    deployment_record.write(dep, deployment_record.record_body(
+        keys.Secret(SECRET), {"decoder": "gumbel", "context_width": 4}, key_derivation=keys.KEY_DERIVATION,
+        texts=[("gen-x", 0, record["tokens"])]))
+    rc, stdout, err = call([write_jsonl(tmp_path / "one.jsonl", [trimmed]), key, f"--deployment={dep}"])
+    assert rc == 0, err
+    assert {k: lines(stdout)[0]["key"][k] for k in ("derivation", "run", "index")} == {
+        "derivation": keys.KEY_DERIVATION, "run": "gen-x", "index": 0}
+    # a recorded derivation other than the deployment's is an error naming the line, never overridden quietly
+    rc, stdout, err = call([write_jsonl(tmp_path / "rec.jsonl", [record]), key, f"--deployment={dep}"])
+    assert rc == 1 and "rec.jsonl:1" in err and "key_derivation" in lines(stdout)[0]["error"], err
 
 
 def test_lines_of_a_newer_record_format_are_refused_by_both_tools_and_older_ones_read(tmp_path, key, record):

@@ -51,7 +51,7 @@ from typing import Optional, Sequence
 from absl import flags
 
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.cli import line_limits, model_scoring, outputs, path_guards, scoring_flags
+from wmspec_jax.cli import deployment_flags, line_limits, model_scoring, outputs, path_guards, scoring_flags
 from wmspec_jax.cli.texts import (InputError, check_not_empty, ChunksFromFirstText, is_terminal, iter_inputs,
                                   load_tokenizer, vocab_size, write_lines)
 from wmspec_jax.detect import lines, scoring
@@ -108,6 +108,7 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_bool("ignore_provenance", False, "score lines whose recorded key fingerprint, PRF version or "
                       "settings conflict with the secret and the flags (the flags and the secret win)",
                       flag_values=fv)
+    deployment_flags.define_flags(fv)
     flags.DEFINE_string("write_human_texts", None, "write the built-in human texts to this JSONL file (for a "
                         "false-positive check) and exit", flag_values=fv)
     model_scoring.define_flags(fv)
@@ -135,6 +136,7 @@ class ScoringRun:
     searched: int = 0
     assumed_direct: list = dataclasses.field(default_factory=list)
     model: Optional[model_scoring.ModelScorer] = None
+    rule: object = None  # the deployment rule (wmspec_jax.detect.deployment)
     corpus: scoring.Corpus = dataclasses.field(default_factory=scoring.Corpus)
     seconds: dict = dataclasses.field(default_factory=lambda: {"tokenize": 0.0, "score": 0.0})
 
@@ -167,9 +169,11 @@ def _start(fv, paths: Sequence[str], stderr, stdin=None) -> ScoringRun:
     secret = cli_flags.tool_secret(fv, PROG, stderr)
     specs = scoring.parse_detectors(fv.detector)
     defaults = scoring.settings_defaults(specs, {name: fv[name].value for name in lines.SETTINGS})
+    rule = deployment_flags.rule(fv, paths, secret, defaults, stderr, PROG)
     tokenizer = load_tokenizer(model_scoring.tokenizer_spec(fv))
     model = model_scoring.load(fv, vocab_size(tokenizer), stderr) if fv.model else None  # before any text
-    return ScoringRun(fv, overrides, options, tokenizer, vocab_size(tokenizer), secret, specs, defaults, model=model)
+    return ScoringRun(fv, overrides, options, tokenizer, vocab_size(tokenizer), secret, specs, defaults, model=model,
+                      rule=rule)
 
 
 def _token_ids(run_state: ScoringRun, inputs: Sequence) -> tuple:
@@ -207,14 +211,8 @@ def _score_chunk(run_state: ScoringRun, inputs: Sequence, first_number: int) -> 
                                     run_state.vocab, getattr(run_state.tokenizer, "eos_token_id", None),
                                     run_state.options, run_state.overrides)
     else:
-        read = [lines.read_line(x.record, x.where, first_number + k, toks, secret=run_state.secret,
-                                overrides=run_state.overrides, defaults=run_state.defaults, recorded_ids=recorded[k],
-                                offsets=offsets[k], assumed_direct=run_state.assumed_direct)
-                for k, (x, toks) in enumerate(zip(inputs, ids))]
-        t1 = time.perf_counter()
         score = functools.partial(model_scoring.score_lines, run_state.model) if run_state.model else scoring.score_lines
-        out = score(run_state.secret, read, run_state.specs, run_state.options, run_state.vocab, run_state.corpus)
-        run_state.searched += sum(line.sibling_weights is not None for line in read)
+        out = deployment_flags.score_chunk(run_state, inputs, ids, recorded, offsets, first_number, score)
     run_state.seconds["tokenize"] += t1 - t0
     run_state.seconds["score"] += time.perf_counter() - t1
     run_state.texts += len(inputs)
@@ -275,12 +273,12 @@ def _report(run_state: ScoringRun, stderr) -> None:
               "chain, or its line records the stream of every token)", file=stderr)
 
 
-def _calibrate(fv, stderr) -> None:
+def _calibrate(fv, stderr, paths: Sequence[str] = ()) -> None:
     """``--calibrate``: the key's false-positive rate on the user's human texts, scored as the inputs
     are (detector, settings, dedup), with its exact interval (:func:`wmspec_jax.detect.corpus.calibrate`)."""
     from wmspec_jax.detect import corpus
 
-    run_state = _start(fv, [], stderr)
+    run_state = _start(fv, paths, stderr)  # the inputs' deployment record, if any
     skipped: list = []
     texts = iter_inputs([fv.calibrate], fmt=fv.input_format, field=fv.text_field, skipped=skipped)
     try:
@@ -346,7 +344,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
 
     try:
         if fv.calibrate:
-            _calibrate(fv, stderr)
+            _calibrate(fv, stderr, paths)
             if not (paths or fv.input):  # only the calibration was asked for
                 return 0
         results = iter_results(fv, paths, stdin=stdin, stderr=stderr, run_out=finished_runs)  # checks all first
@@ -367,7 +365,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
         write_lines(stdout, [scoring.results_table(kept)])
     if fv.timing:
         print(_timing_line(finished_runs[0]), file=stderr)
-    return 0
+    return 1 if finished_runs and deployment_flags.report(finished_runs[0], stderr, PROG) else 0
 
 
 main = cli_flags.console_entry(run)  # ``wmspec-detect``

@@ -73,6 +73,7 @@ from absl import flags
 
 from wmspec_jax import keys, text_record
 from wmspec_jax import prf_keys as prf
+from wmspec_jax.cli import deployment_flags
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.cli.texts import InputError, read_inputs
 from wmspec_jax.textnorm import normalize_text
@@ -135,6 +136,7 @@ def define_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_string("output", None, "append the JSONL here (resumable, locked; a regular file or a new path, "
                         "never a link or a device); '-' or none: stdout",
                         flag_values=fv)
+    deployment_flags.define_generate_flags(fv)
 
 
 def _secret(fv, stderr) -> Optional[keys.Secret]:
@@ -435,6 +437,7 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
         raise InputError(str(e)) from None
     run = fv.run or f"gen-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{secrets.token_hex(4)}"
     store, lock, done = _open_output(fv, run, stderr)
+    recorder = None
     try:
         t0 = time.perf_counter()
         pair = pairs.load_pair(fv.target, fv.draft, fv.dtype)
@@ -463,6 +466,9 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
                     raise InputError(f"--output={fv.output}: text {i} of run {run} was generated with other settings "
                                      f"{sorted(changed)}; use another --run or --output")
         todo = [i for i in indices if i not in done]
+        recorder = deployment_flags.Recorder(fv, secret, run, _settings_record(fv, pair, secret, config), all_paths,
+                                             stderr, PROG)
+        recorder.add([rec for i, rec in done.items() if fv.first_index <= i < fv.first_index + len(texts)])
         if done:
             print(f"{PROG}: resuming run {run}: {len(indices) - len(todo)} of {len(indices)} texts already in "
                   f"{fv.output}", file=stderr)
@@ -481,9 +487,12 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
             else:
                 stdout.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
                 stdout.flush()
+            recorder.add(recs)
             progress.update(len(recs))
         return len(todo)
     finally:
+        if recorder is not None:  # the texts written so far, also when the run stops early
+            recorder.write()
         if lock is not None:
             lock.release()
 
