@@ -65,6 +65,8 @@ def test_a_root_others_can_write_or_reach_is_not_used(tmp_path, monkeypatch):
     made = user_cache.directory("weights")
     assert made == str(sticky / "cache" / "weights")
     assert stat.S_IMODE(os.stat(sticky / "cache").st_mode) == 0o700
+    os.chmod(made, 0o775)  # a part made under a loose umask, inside our own root: closed, then used
+    assert user_cache.directory("weights") == made and stat.S_IMODE(os.stat(made).st_mode) == 0o700
 
 
 @needs_root

@@ -128,6 +128,9 @@ def directory(part: str) -> Optional[str]:
     path = os.path.join(base, part)
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+        if _POSIX and stat.S_ISDIR(st.st_mode) and owned_by_user(st) and st.st_mode & 0o077:
+            os.chmod(path, 0o700)  # made under a loose umask; what is inside is judged entry by entry
     except OSError:
         return None
     if not trusted(path):
