@@ -151,9 +151,9 @@ def enable_compilation_cache() -> str | None:
     if path and not user_cache.private(path):  # XLA loads what it finds there as native code
         warnings.warn(f"the compilation cache {path} ($JAX_COMPILATION_CACHE_DIR) is not used: it is not a "
                       "directory of this user that only this user can write", RuntimeWarning, stacklevel=2)
-        path = None
+        jax.config.update("jax_compilation_cache_dir", None)  # JAX itself reads the variable too
+        return None
     if not path:
-        jax.config.update("jax_compilation_cache_dir", None)
         return None
     user_cache.remove_foreign(path)  # entries another user could have planted before it was private
 
