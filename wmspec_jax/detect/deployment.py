@@ -290,7 +290,7 @@ class Rule:
         declared settings or keys differ from the deployment's (module doc)."""
         dep, secret = self.deployment, self.secret
         fp = record.get("key_fingerprint")
-        if fp is not None and fp != secret.fingerprint and not self.ignore_provenance:
+        if fp is not None and not secret.matches_fingerprint(fp) and not self.ignore_provenance:
             raise LineError(f"{where}: the line was generated with key fingerprint {str(fp)[:20]}, but the given "
                             f"secret's is {secret.fingerprint}: scoring it anyway would answer for another watermark "
                             "(pass --ignore_provenance to score it regardless)")
