@@ -281,6 +281,7 @@ def test_a_line_written_with_the_old_fingerprint_is_still_scored_by_the_tool(tmp
         rc, out, err = run_tool(cli_detect, [str(path), f"--secret_file={key}", "--format=json"], SECRET)
     assert rc == 0 and lines(out)[0]["provenance"]["key_fingerprint"] == keys.Secret(SECRET).fingerprint, err
     # another secret's old fingerprint is still refused
-    path.write_text(json.dumps({"text": text, "key_fingerprint": "0123456789abcdef", "key_derivation": "direct"}) + "\n")
+    other = {"text": text, "key_fingerprint": "0123456789abcdef", "key_derivation": "direct"}
+    path.write_text(json.dumps(other) + "\n")
     rc, out, err = run_tool(cli_detect, [str(path), f"--secret_file={key}", "--format=json"], SECRET)
     assert rc != 0, err
