@@ -24,6 +24,7 @@ setup(
         "console_scripts": [
             "wmspec-generate=wmspec_jax.cli.generate:main",
             "wmspec-detect=wmspec_jax.cli.detect:main",
+            "wmspec-deployment=wmspec_jax.cli.deployment:main",
         ],
     },
     install_requires=[

@@ -245,7 +245,8 @@ def test_pasted_per_text_answer_pays_for_the_issued_keys(generated, tmp_path, ke
 
 
 def test_outputs_without_their_record(generated, tmp_path, key):
-    """Lines of per-text keys without the run's record are errors naming them; --keys=per_text is refused."""
+    """Lines of per-text keys without the run's record are errors naming them and --keys=per_text is refused;
+    wmspec-deployment records the key holder's old output, after which they are scored."""
     _, recs = generated
     path = write_jsonl(tmp_path / "old.jsonl", recs)
     rc, stdout, err = detect([path, key, "--format=json"])
@@ -255,3 +256,16 @@ def test_outputs_without_their_record(generated, tmp_path, key):
     rc, _, err = detect([path, key, "--keys=per_text"])
     assert rc == 2 and "--keys=per_text" in err and "record" in err
     assert not os.path.exists(path + deployment_record.SUFFIX)
+    # the key holder records the old output once; then each line's key is found from its ids
+    from wmspec_jax.cli import deployment as cli_deployment
+
+    rc, _, err = run_tool(cli_deployment, [path, key], SECRET)
+    assert rc == 0 and "3 texts of 1 run(s)" in err, err
+    rc, stdout, err = detect([path, key, "--format=json"])
+    assert rc == 0 and [r["key"]["index"] for r in lines(stdout)] == [0, 1, 2], err
+    # lines of another secret, or of other settings, make no record
+    for name, row in [("foreign", {**recs[0], "key_fingerprint": "0123456789abcdef"}),
+                      ("mixed", {**recs[0], "context_width": 3})]:
+        bad = write_jsonl(tmp_path / f"{name}.jsonl", [recs[1], row])
+        rc, _, err = run_tool(cli_deployment, [bad, key], SECRET)
+        assert rc == 2 and f"{name}.jsonl:2" in err and not os.path.exists(bad + deployment_record.SUFFIX), err

@@ -153,11 +153,12 @@ def test_a_decoder_beyond_the_paper_is_recorded_and_detected_with_its_own_statis
     assert rc == 2 and "decoder" in err, err
     if decoder == "kgw":
         return
-    # a line whose draft stream had its own decoder is scored with both statistics; one that cannot be is refused
+    # a deployment whose draft stream had its own decoder scores both statistics; one that cannot be is refused
     for draft, expect in (("gumbel", 0), ("synthid", 2)):
         mixed = tmp_path / f"mixed-{draft}.jsonl"
         mixed.write_text(json.dumps(dict(line, draft_decoder=draft)) + "\n")
-        rc, stdout, err = call(cli_detect, [str(mixed), key, "--format=json"])
+        rc, stdout, err = call(cli_detect, [str(mixed), key, "--format=json", f"--decoder={decoder}",
+                                            f"--draft_decoder={draft}"])
         assert rc == expect, err
         if expect == 0:
             (res,) = lines(stdout)

@@ -282,6 +282,9 @@ class Rule:
                          "kgw_gamma"):
                 if s.get(name) is not None:
                     out[name] = s[name]
+            for name in ("method", "lookahead", "temperature", "top_k", "kgw_delta"):  # what the models replay
+                if name in s:
+                    out[name] = s[name]
             out["prf_version"] = dep.prf_version
         return out
 
