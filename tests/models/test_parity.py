@@ -49,11 +49,13 @@ def run_schedule(lm, params, seqs, chunks, capacity=32, seed=0):
 
 # 256: the 32-slot cache is attended in one pass; 5: block by block (7 blocks, the last one
 # shifted left to stay inside the cache), with the online softmax of attention.attend.
-@pytest.mark.parametrize("block", [256, 5])
+# out_in: the matrices stored [out, in] and multiplied weight-first (models.linear).
+@pytest.mark.parametrize("block, layout", [(256, "in_out"), (5, "in_out"), (256, "out_in")])
 @pytest.mark.parametrize("name", sorted(TINY))
-def test_prefill_and_ragged_decode_match_transformers(tiny_checkpoints, name, block):
+def test_prefill_and_ragged_decode_match_transformers(tiny_checkpoints, name, block, layout):
     model, path = tiny_checkpoints[name]
-    ckpt = hf.load_checkpoint(path, tokenizer=False)
+    ckpt = hf.load_checkpoint(path, tokenizer=False).with_weight_layout(layout)
+    assert ckpt.config.weight_layout == layout
     lm = ckpt.language_model(attention_block=block)
     rng = np.random.default_rng(1)
     lens = [11, 7, 9]

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from wmspec_jax.models.config import TransformerConfig
+from wmspec_jax.models.linear import linear
 from wmspec_jax.models.norms import rms_norm
 from wmspec_jax.models.rope import apply_rope
 
@@ -48,8 +49,8 @@ from wmspec_jax.models.rope import apply_rope
 DEFAULT_BLOCK = 256
 
 
-def _project(h, lp, name, bias, heads, head_dim):
-    out = h @ lp[name]
+def _project(config, h, lp, name, bias, heads, head_dim):
+    out = linear(h, lp[name], config)
     if bias is not None:
         out = out + lp[bias]
     return out.reshape(h.shape[0], h.shape[1], heads, head_dim)
@@ -79,9 +80,9 @@ def attention(config: TransformerConfig, h: jax.Array, lp: dict, window: int,
     b, t, _ = h.shape
     nh, nkv, dh = config.num_heads, config.num_kv_heads, config.head_dim
     bias = config.qkv_bias
-    q = _project(h, lp, "wq", "bq" if bias else None, nh, dh)
-    k = _project(h, lp, "wk", "bk" if bias else None, nkv, dh)
-    v = _project(h, lp, "wv", "bv" if bias else None, nkv, dh)
+    q = _project(config, h, lp, "wq", "bq" if bias else None, nh, dh)
+    k = _project(config, h, lp, "wk", "bk" if bias else None, nkv, dh)
+    v = _project(config, h, lp, "wv", "bv" if bias else None, nkv, dh)
     if config.qk_norm:
         q = rms_norm(q, lp["q_norm"], config.rms_norm_eps)
         k = rms_norm(k, lp["k_norm"], config.rms_norm_eps)
@@ -102,7 +103,7 @@ def attention(config: TransformerConfig, h: jax.Array, lp: dict, window: int,
     k_cache = k_cache.at[rows, slots_out].set(k.astype(k_cache.dtype), mode="drop")
     v_cache = v_cache.at[rows, slots_out].set(v.astype(v_cache.dtype), mode="drop")
     out = attend(config, q, k_cache, v_cache, positions, window, block=block, tree=tree)
-    return out.reshape(b, t, nh * dh) @ lp["wo"], k_cache, v_cache
+    return linear(out.reshape(b, t, nh * dh), lp["wo"], config), k_cache, v_cache
 
 
 def _scores(config: TransformerConfig, qg: jax.Array, keys: jax.Array) -> jax.Array:

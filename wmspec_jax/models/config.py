@@ -41,6 +41,10 @@ FULL_ATTENTION = "full_attention"
 SLIDING_ATTENTION = "sliding_attention"
 # Window of a global layer in attention_windows(): larger than any position.
 GLOBAL_WINDOW = 2 ** 30
+# How the layers' matrices are stored: ``in_out`` ([in, out], ``x @ w``) or ``out_in`` ([out, in],
+# PyTorch's ``nn.Linear.weight`` and GGUF's layout, products as ``w @ x^T``). See
+# :mod:`wmspec_jax.models.transformer` for what each costs.
+WEIGHT_LAYOUTS = ("in_out", "out_in")
 
 
 class UnsupportedModelError(ValueError):
@@ -56,6 +60,9 @@ class TransformerConfig:
     is ``None`` (every layer ``sliding_attention`` when ``sliding_window`` is
     set, else ``full_attention``) or one entry per layer.
     ``max_position_embeddings`` (``None``: unlimited) bounds the KV cache.
+    ``weight_layout`` (one of :data:`WEIGHT_LAYOUTS`) says how the params store their matrices:
+    the same model in either layout gives the same logits up to float rounding
+    (:func:`wmspec_jax.models.transformer.to_weight_layout` converts).
     """
 
     family: str
@@ -81,11 +88,14 @@ class TransformerConfig:
     final_logit_softcap: float | None = None
     query_pre_attn_scalar: float | None = None
     sandwich_norms: bool = False
+    weight_layout: str = "in_out"
 
     def __post_init__(self):
         if self.family not in FAMILIES:
             raise UnsupportedModelError(
                 f"unknown family {self.family!r}; supported: {FAMILIES}")
+        if self.weight_layout not in WEIGHT_LAYOUTS:
+            raise ValueError(f"weight_layout must be one of {WEIGHT_LAYOUTS}, got {self.weight_layout!r}")
         for name in ("vocab_size", "hidden_size", "intermediate_size",
                      "num_layers", "num_heads", "num_kv_heads", "head_dim"):
             if int(getattr(self, name)) <= 0:
@@ -155,4 +165,4 @@ class TransformerConfig:
         return rope.inv_frequencies(self.head_dim, self.rope_theta, dict(self.rope_scaling or ()))
 
 
-__all__ = ["FAMILIES", "TransformerConfig", "UnsupportedModelError"]
+__all__ = ["FAMILIES", "TransformerConfig", "UnsupportedModelError", "WEIGHT_LAYOUTS"]

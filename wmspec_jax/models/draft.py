@@ -45,6 +45,7 @@ from wmspec_jax.models import protocol
 from wmspec_jax.models.attention import DEFAULT_BLOCK
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.hf import Checkpoint
+from wmspec_jax.models.linear import linear
 
 LORA_KEYS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 NORM_KEYS = ("attn_norm", "mlp_norm")
@@ -138,9 +139,13 @@ def reduced_head(config: TransformerConfig, params: dict, h: jax.Array) -> jax.A
 
     ``h``: final hidden states dtype[B, T, D]; ``params["head_rows"]``:
     dtype[K, D] (the head's rows for ``head_ids`` int32[K]). Costs a
-    [B, T, D] x [D, K] product plus a scatter into a −inf row.
+    [B, T, D] x [D, K] product plus a scatter into a −inf row; in the ``out_in`` weight
+    layout the product runs weight-first (:func:`wmspec_jax.models.linear.linear`).
     """
-    z = jnp.einsum("btd,kd->btk", h, params["head_rows"], preferred_element_type=jnp.float32)
+    if config.weight_layout == "out_in":
+        z = linear(h, params["head_rows"], config, preferred_element_type=jnp.float32)
+    else:
+        z = jnp.einsum("btd,kd->btk", h, params["head_rows"], preferred_element_type=jnp.float32)
     if config.final_logit_softcap is not None:
         cap = config.final_logit_softcap
         z = jnp.tanh(z / cap) * cap
@@ -236,6 +241,10 @@ def make_draft(target: Checkpoint, layers, adapters: dict | None = None,
     """A draft Checkpoint sharing the target's tokenizer, embedding and head
     (restricted to ``adapters["head_ids"]`` when present: :func:`reduced_head`)."""
     config = draft_config(target.config, layers)
+    if (adapters or {}).get("lora_a") and config.weight_layout != "in_out":
+        # LoRA factors are [in, r] @ [r, out]; added to a square [out, in] matrix they would fit and be wrong.
+        raise ValueError(f"LoRA adapters apply to a target in the in_out weight layout, not "
+                         f"{config.weight_layout!r} (convert it: Checkpoint.with_weight_layout('in_out'))")
     if (adapters or {}).get("head_ids") is not None:
         check_head_ids(adapters["head_ids"], config.vocab_size)
     params = draft_params(target.params, layers, adapters)

@@ -107,6 +107,12 @@ class Checkpoint:
     def dtype(self):
         return self.params["embed"].dtype
 
+    def with_weight_layout(self, layout: str) -> "Checkpoint":
+        """This checkpoint with its matrices stored in ``layout``
+        (:func:`wmspec_jax.models.transformer.to_weight_layout`; itself when already so)."""
+        config, params = transformer.to_weight_layout(self.config, self.params, layout)
+        return self if params is self.params else dataclasses.replace(self, config=config, params=params)
+
     def language_model(self, mesh: jax.sharding.Mesh | None = None, *,
                        attention_block: int = DEFAULT_BLOCK) -> LanguageModel:
         """The :class:`~wmspec_jax.lm.LanguageModel` (caches split over ``mesh`` when given;

@@ -22,6 +22,15 @@ chat template when it has one (else plain text with special tokens); a
 A prompt longer than the limit is an error by default, never cut from the
 left (that would drop BOS and the chat header): :func:`encode_prompts`.
 
+**The weight layout.** On CPU a pair's target and draft store their matrices ``[out, in]``
+(``weight_layout="out_in"``, :mod:`wmspec_jax.models.transformer`): XLA:CPU runs a speculative
+verification pass (K + 1 rows at batch 1), and the draft's first pass of a step, that way at
+about 1.4 decode steps for 4 rows instead of 2.4 (``docs/performance.md``). Logits equal the
+``in_out`` ones up to float rounding, so a token whose top candidates nearly tie can differ from
+a run in the other layout; ``load_pair(..., weight_layout="in_out")`` keeps the stored layout.
+Other backends keep ``in_out`` unless asked. (Checkpoints, drafts made from them and the draft
+files keep ``in_out``: the conversion happens when a pair is loaded.)
+
 With a ``mesh`` (:mod:`wmspec_jax.sharding`, the experiments' ``--mesh``) the
 transformers' weights are placed tensor-parallel over its ``model`` axis and
 their caches split over ``data`` and ``model``; the toy pair's tables are
@@ -207,7 +216,7 @@ def check_special_pair(target: str, draft: str) -> None:
 
 
 def load_pair(target: str, draft: str, dtype: str = "float32",
-              mesh: Optional[jax.sharding.Mesh] = None) -> ModelPair:
+              mesh: Optional[jax.sharding.Mesh] = None, weight_layout: str = "auto") -> ModelPair:
     """Resolves ``--target`` / ``--draft`` (module doc) into a :class:`ModelPair`.
 
     Args:
@@ -216,6 +225,8 @@ def load_pair(target: str, draft: str, dtype: str = "float32",
       dtype: params dtype for checkpoints (``float32`` or ``bfloat16``).
       mesh: a ``data`` x ``model`` mesh (:func:`wmspec_jax.sharding.make_mesh`)
         to place the pair on (module doc); None keeps one device.
+      weight_layout: the target's (module doc): ``"auto"`` (``out_in`` on CPU,
+        else ``in_out``), ``"in_out"`` or ``"out_in"``.
 
     Raises:
       ValueError: ``builtin``/``toy`` on one side only, or an unknown dtype.
@@ -225,6 +236,7 @@ def load_pair(target: str, draft: str, dtype: str = "float32",
     check_special_pair(target, draft)
     if dtype not in ("float32", "bfloat16"):
         raise ValueError(f"dtype must be float32 or bfloat16, got {dtype!r}")
+    layout = target_weight_layout(weight_layout)
     if target == TOY:
         return _toy_pair(mesh)
     if target == BUILTIN:
@@ -233,11 +245,25 @@ def load_pair(target: str, draft: str, dtype: str = "float32",
         name, path = builtin_draft(draft)
         t, d = builtin.load_builtin_pair(jnp.dtype(dtype), draft_name=name if path is None else builtin.DEFAULT_DRAFT,
                                          draft_path=path)
-        return _checkpoint_pair(t, d, name=f"builtin-smollm2-135m-draft-{name}", mesh=mesh)
+        return _checkpoint_pair(t.with_weight_layout(layout), d.with_weight_layout(layout),
+                                name=f"builtin-smollm2-135m-draft-{name}", mesh=mesh)
     from wmspec_jax.models import hf
 
     t, d = hf.load_pair(target, draft, dtype=jnp.dtype(dtype), mesh=mesh)
-    return _checkpoint_pair(t, d, name=f"{t.name}+{d.name}", mesh=mesh)
+    return _checkpoint_pair(t.with_weight_layout(layout), d.with_weight_layout(layout), name=f"{t.name}+{d.name}",
+                            mesh=mesh)
+
+
+def target_weight_layout(weight_layout: str = "auto") -> str:
+    """The target's weight layout that ``weight_layout`` asks for (:func:`load_pair`):
+    ``"auto"`` is ``out_in`` on the CPU backend and ``in_out`` elsewhere (module doc)."""
+    from wmspec_jax.models.config import WEIGHT_LAYOUTS
+
+    if weight_layout == "auto":
+        return "out_in" if jax.default_backend() == "cpu" else "in_out"
+    if weight_layout not in WEIGHT_LAYOUTS:
+        raise ValueError(f"weight_layout must be 'auto' or one of {WEIGHT_LAYOUTS}, got {weight_layout!r}")
+    return weight_layout
 
 
 def load_target(target: str, dtype: str = "float32") -> ModelPair:
@@ -365,4 +391,4 @@ def pack_prompts(token_lists: Sequence[Sequence[int]], max_length: int, pad_id: 
 
 __all__ = ["BUILTIN", "ModelPair", "PACK_TOO_LONG", "TOO_LONG", "TOY", "TOY_TV", "TOY_VOCAB", "builtin_draft",
            "builtin_draft_name", "canonical_draft", "check_pair_spec", "check_special_pair", "encode_prompts",
-           "load_pair", "load_target", "pack_prompts"]
+           "load_pair", "load_target", "pack_prompts", "target_weight_layout"]

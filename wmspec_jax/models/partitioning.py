@@ -44,7 +44,7 @@ from wmspec_jax.models.transformer import layer_shapes, param_shapes
 DATA = "data"
 MODEL = "model"
 
-# layer parameter -> (dimension split over `model`, what that dimension counts)
+# layer parameter -> (dimension split over `model` in the in_out layout, what that dimension counts)
 _SPLIT = {
     "wq": (1, "heads"), "bq": (0, "heads"), "wo": (0, "heads"),
     "wk": (1, "kv_heads"), "wv": (1, "kv_heads"), "bk": (0, "kv_heads"), "bv": (0, "kv_heads"),
@@ -72,11 +72,13 @@ def param_partition_specs(config: TransformerConfig, model_size: int, params: di
     layer = {}
     for name, shape in layer_shapes(config).items():
         dim, unit = _SPLIT.get(name, (None, None))
+        if dim is not None and len(shape) == 2 and config.weight_layout == "out_in":
+            dim = 1 - dim  # the same split of the same matrix, stored transposed
         layer[name] = _spec(len(shape), dim if unit and ok[unit] else None)
     out = {"embed": _spec(2, 0 if ok["vocab"] else None),
            "layers": [dict(layer) for _ in range(config.num_layers)], "final_norm": P()}
     if "lm_head" in shapes:
-        out["lm_head"] = _spec(2, 1 if ok["vocab"] else None)
+        out["lm_head"] = _spec(2, (0 if config.weight_layout == "out_in" else 1) if ok["vocab"] else None)
     if params is None:
         return out
     for name in set(params) - set(out):

@@ -23,10 +23,26 @@ from the stacked form that training code and saved draft files use.
 
 A layer is ``x += post_attn_norm(attn(attn_norm(x)))`` then
 ``x += post_mlp_norm(mlp(mlp_norm(x)))``, the post norms only with
-``sandwich_norms``. Matrices are stored input-major (``x @ w``), i.e.
-transposed with respect to PyTorch's ``nn.Linear.weight``. Params may be
-float32 or bfloat16; norms, RoPE, softmax and logits are computed in
-float32.
+``sandwich_norms``. Params may be float32 or bfloat16; norms, RoPE, softmax
+and logits are computed in float32.
+
+**Two weight layouts** (``config.weight_layout``). ``in_out`` (the default,
+the shapes above) stores matrices input-major and computes ``x @ w``.
+``out_in`` stores every matrix transposed, ``[out, in]`` as PyTorch's
+``nn.Linear.weight`` and GGUF files do (``lm_head`` ``[V, D]``), and computes
+each product as ``w @ x^T`` with the weight as the left operand, then
+transposes the small ``[out, rows]`` result back. The layouts give the same
+logits up to float rounding (the products sum in another order); what differs
+is speed on XLA:CPU for products with a few rows, a speculative verification
+pass (``K + 1`` rows at batch 1). There XLA hands ``[M, in] @ [in, out]`` to
+its YNNPACK GEMM, which for M = 4 took 2.4x the time of the one-row
+matrix-vector product over the same weights, against 1.4x for
+``[out, in] @ [in, M]`` (``python -m benchmarks.profile_passes``,
+``docs/performance.md``). An optimisation barrier keeps XLA from folding the
+transpose back into the product (which would restore the slow form). A tied
+head in ``out_in`` runs the same way on the embedding ``[V, D]``.
+:func:`to_weight_layout` converts params between the layouts;
+:func:`wmspec_jax.models.pairs.load_pair` puts the target in ``out_in`` on CPU.
 """
 
 from __future__ import annotations
@@ -39,6 +55,7 @@ import jax.numpy as jnp
 from wmspec_jax.models.attention import DEFAULT_BLOCK, attention
 from wmspec_jax.models.cache import KVCache
 from wmspec_jax.models.config import TransformerConfig
+from wmspec_jax.models.linear import MATRICES, linear
 from wmspec_jax.models.norms import rms_norm as _rms_norm
 
 Params = dict
@@ -50,12 +67,12 @@ def rms_norm(x: jax.Array, w: jax.Array, config: TransformerConfig) -> jax.Array
 
 
 def _mlp(h: jax.Array, lp: Params, config: TransformerConfig) -> jax.Array:
-    gate = h @ lp["w_gate"]
+    gate = linear(h, lp["w_gate"], config)
     if config.gemma_style:
         act = jax.nn.gelu(gate, approximate=True)
     else:
         act = jax.nn.silu(gate)
-    return (act * (h @ lp["w_up"])) @ lp["w_down"]
+    return linear(act * linear(h, lp["w_up"], config), lp["w_down"], config)
 
 
 def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,
@@ -157,7 +174,10 @@ def lm_logits(config: TransformerConfig, params: Params, h: jax.Array) -> jax.Ar
 
     With ``final_logit_softcap`` (Gemma-2) the logits are ``cap * tanh(z / cap)``.
     """
-    if config.tie_word_embeddings:
+    if config.weight_layout == "out_in":
+        head = params["embed"] if config.tie_word_embeddings else params["lm_head"]
+        logits = linear(h, head, config, preferred_element_type=jnp.float32)
+    elif config.tie_word_embeddings:
         logits = jnp.einsum("btd,vd->btv", h, params["embed"],
                             preferred_element_type=jnp.float32)
     else:
@@ -193,6 +213,8 @@ def layer_shapes(config: TransformerConfig) -> dict:
         "wq": (d, q_dim), "wk": (d, kv_dim), "wv": (d, kv_dim), "wo": (q_dim, d),
         "w_gate": (d, f), "w_up": (d, f), "w_down": (f, d),
     }
+    if c.weight_layout == "out_in":
+        shapes.update({name: shapes[name][::-1] for name in MATRICES})
     if c.qkv_bias:
         shapes.update(bq=(q_dim,), bk=(kv_dim,), bv=(kv_dim,))
     if c.qk_norm:
@@ -209,8 +231,40 @@ def param_shapes(config: TransformerConfig) -> dict:
               "layers": [layer_shapes(c) for _ in range(c.num_layers)],
               "final_norm": (c.hidden_size,)}
     if not c.tie_word_embeddings:
-        shapes["lm_head"] = (c.hidden_size, c.vocab_size)
+        shapes["lm_head"] = ((c.vocab_size, c.hidden_size) if c.weight_layout == "out_in"
+                             else (c.hidden_size, c.vocab_size))
     return shapes
+
+
+def to_weight_layout(config: TransformerConfig, params: Params, layout: str) -> tuple[TransformerConfig, Params]:
+    """(config, params) of the same model with its matrices stored in ``layout`` (module doc).
+
+    The layers' matrices and an untied ``lm_head`` are transposed (new arrays; the
+    embedding, norms, biases and any other entry, e.g. a draft's ``head_rows``, are
+    shared); already in ``layout``: returned as given. ValueError if a matrix does not
+    have its shape in ``config``'s layout.
+    """
+    new_config = config.replace(weight_layout=layout)  # validates the name
+    if layout == config.weight_layout:
+        return config, params
+    want = param_shapes(config)
+    for i, lp in enumerate(params["layers"]):
+        for name in MATRICES:
+            if tuple(lp[name].shape) != want["layers"][0][name]:
+                raise ValueError(f"layers/{i}/{name}: expected {want['layers'][0][name]} in the "
+                                 f"{config.weight_layout} layout, got {tuple(lp[name].shape)}")
+    out = dict(params)
+    out["layers"] = [{k: (_transposed(v) if k in MATRICES else v) for k, v in lp.items()}
+                     for lp in params["layers"]]
+    if "lm_head" in params:
+        out["lm_head"] = _transposed(params["lm_head"])
+    return new_config, out
+
+
+@jax.jit
+def _transposed(w: jax.Array) -> jax.Array:
+    # One compiled program per shape, the result placed as the input (sharded weights stay sharded).
+    return jnp.transpose(w)
 
 
 def stack_layers(layers) -> dict:
@@ -306,5 +360,6 @@ def init_params(config: TransformerConfig, key: jax.Array, dtype=jnp.float32,
     return params
 
 
-__all__ = ["NORM_PARAMS", "Params", "check_params", "decoder_stack", "embed_tokens", "forward", "hidden_states",
-           "init_params", "layer_shapes", "lm_logits", "param_shapes", "rms_norm", "stack_layers", "unstack_layers"]
+__all__ = ["MATRICES", "NORM_PARAMS", "Params", "check_params", "decoder_stack", "embed_tokens", "forward",
+           "hidden_states", "init_params", "layer_shapes", "linear", "lm_logits", "param_shapes", "rms_norm",
+           "stack_layers", "to_weight_layout", "unstack_layers"]
