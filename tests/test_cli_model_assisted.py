@@ -117,7 +117,8 @@ def test_pasted_answers_need_their_prompt_and_other_keys_do_not_detect(generated
         assert given["detector"]["settings"]["prompt"] == "question" and "model_assisted" not in given
         assert given["num_scored"] == line["num_scored"]
         assert given["log_pvalue"] == pytest.approx(line["log_pvalue"], rel=1e-6, abs=1e-6)
-    assert "scored with wmspec-generate's defaults method=pseudorandom" in err  # the settings they lack
+    # the settings they lack are the deployment record's (beside the generated output), not assumed defaults
+    assert "scored with wmspec-generate's defaults" not in err
     # another secret: the same answers with their prompts (no recorded fingerprint stops them) are not detected
     rc, stdout, err = call(cli_detect, [str(asked), secret_file_flag(tmp_path, OTHER_SECRET), "--model=builtin",
                                         "--format=json"])
@@ -155,8 +156,12 @@ def test_misuse_of_the_model_flags_is_an_error_naming_the_flag(generated, tmp_pa
         ([f"--model={tiny}", "--tokenizer=builtin"], "drop --tokenizer"),
         ([f"--model={tiny}"], "outside the tokenizer's vocabulary [0, 40)"),  # the lines' ids: another vocabulary
     ]
+    # the lines without their deployment record: --key_sequence then sets the deployment, which --model refuses
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(out.read_text())
     for extra, message in cases:
-        rc, stdout, err = call(cli_detect, [str(out), key, "--format=json"] + extra)
+        target = bare if "--key_sequence=64" in extra else out
+        rc, stdout, err = call(cli_detect, [str(target), key, "--format=json"] + extra)
         assert rc == 2 and message in err and stdout == "", (extra, err)
         assert "--model" in err or "--model" not in " ".join(extra), (extra, err)
     # a line whose recorded model is not the loaded one (its text re-tokenised by the tiny model's tokenizer)
