@@ -13,7 +13,12 @@ Reported ratios (also in the JSON, under ``ratios``):
   donated): the whole call over prefill + steps x decode step, and the
   marginal cost of one loop step (runs at the budget and at half of it)
   over one decode step — the loop's overhead over the model;
-* ``<method> / standard`` per token;
+* ``<method> / plain``, ``<method> / basic`` and ``<method> / standard`` per token (the paper's
+  Table 1 compares with the basic watermark);
+* the verification pass (the target over K + 1 tokens) and one draft step, each timed alone,
+  over a decode step; and what each speculative step costs beyond its model passes (the call less
+  the target's bare prefill, per loop step, minus the pass and K draft steps) over a decode step:
+  the loop's own work (the draft's prefill is in it);
 * per step, each watermarking method over the same method without a
   watermark (``basic / plain``; ``hu``, ``dathathri``, ``pseudorandom`` over
   ``standard``): what the watermark costs — the median over rounds of the
@@ -56,6 +61,8 @@ from wmspec_jax import decoders, multidraft, prf, speculative, storage
 flags.DEFINE_enum("pair", "toy", ["toy", "builtin", "tiny_llama"], "model pair")
 flags.DEFINE_string("builtin_draft", "builtin", "--pair=builtin: the draft ('builtin' = the default, "
                     "'builtin:v2', ...)")
+flags.DEFINE_enum("weight_layout", "auto", ["auto", "in_out", "out_in"], "--pair=builtin: the target's weight "
+                  "layout (wmspec_jax.models.pairs.load_pair; auto: out_in on CPU)")
 flags.DEFINE_enum("decoder", "gumbel", list(decoders.DECODER_NAMES), "watermark decoder")
 flags.DEFINE_integer("num_layers", 30, "SynthID tournament layers m")
 flags.DEFINE_integer("lookahead", 3, "K of the speculative methods")
@@ -86,7 +93,7 @@ def load_pair():
         from wmspec_jax.lab import data
         from wmspec_jax.models import pairs
 
-        pair = pairs.load_pair("builtin", FLAGS.builtin_draft)
+        pair = pairs.load_pair("builtin", FLAGS.builtin_draft, weight_layout=FLAGS.weight_layout)
         questions = data.load_prompt_set("builtin-eli5").take(b, seed=0)
         prompts, lengths = pairs.encode_prompts(pair, questions.prompts, "question", max(p, 64), too_long="truncate")
         return pair.name, pair.target, pair.target_params, pair.draft, pair.draft_params, prompts, lengths
@@ -131,6 +138,31 @@ def bare_model_calls(target, params, prompts, lengths, capacity: int):
     return (lambda: jax.block_until_ready(prefill(*prefill_args))), decode_steps
 
 
+def bare_pass(model, params, cache, tokens_per_pass: int, context):
+    """Seconds of one jitted ``model.step`` of ``tokens_per_pass`` tokens per row from ``context``
+    (the cache donated and rewound before every call): the verification pass of a speculative
+    step when ``model`` is the target and ``tokens_per_pass`` = K + 1, a draft step at 1 (a draft
+    that reads the target's features gets zeros of their shape: the same work)."""
+    bsz = len(context)
+    tokens = jnp.ones((bsz, tokens_per_pass), jnp.int32)
+    num = jnp.full((bsz,), tokens_per_pass, jnp.int32)
+    extra = ((jnp.zeros((bsz, tokens_per_pass, model.feature_size), jnp.float32),)
+             if getattr(model, "uses_target_features", False) else ())
+    # The logits are returned (and waited for): a program that drops them would skip the head.
+    run = jax.jit(lambda p, c: (lambda out: (out[0], out[-1]))(model.step(p, c, tokens, num, *extra)),
+                  donate_argnums=1)
+    state = {"cache": cache}
+
+    def once() -> float:
+        c = model.rewind(state["cache"], jnp.asarray(context))
+        t0 = time.perf_counter()
+        _, state["cache"] = jax.block_until_ready(run(params, c))
+        return time.perf_counter() - t0
+
+    once()  # compile
+    return once
+
+
 def main(argv):
     del argv
     name, target, tp, draft, dp, all_prompts, all_lengths = load_pair()
@@ -164,14 +196,23 @@ def main(argv):
         half = ([args[:-1] + (half_cfg,) for args in per_call], extra)
         speculative.precompile(*half[0][0], **half[1])
     prompts, lengths = all_prompts[rows_of[0]], all_lengths[rows_of[0]]
-    prefill, decode_steps = bare_model_calls(target, tp, prompts, lengths,
-                                             int(prompts.shape[1]) + FLAGS.max_new_tokens + 8)
+    capacity = int(prompts.shape[1]) + FLAGS.max_new_tokens + FLAGS.lookahead + 8
+    prefill, decode_steps = bare_model_calls(target, tp, prompts, lengths, capacity)
+    # The model passes of a speculative step, each alone: what the step costs beyond them is the
+    # loop's own work (sampling, watermark, acceptance, bookkeeping).
+    speculative_run = any(speculative.METHODS[m].speculative for m in FLAGS.methods)
+    context = np.asarray(lengths) + FLAGS.max_new_tokens // 2
+    passes = {}
+    if speculative_run:
+        passes["bare_verify"] = bare_pass(target, tp, target.init_cache(bsz, capacity), FLAGS.lookahead + 1, context)
+        passes["bare_draft"] = bare_pass(draft, dp, draft.init_cache(bsz, capacity), 1, context)
 
     timed = dict(calls)
     if half is not None:
         timed["plain_half"] = half
     times = {m: [] for m in timed}
     times["bare_decode"], times["bare_prefill"] = [], []
+    times.update({name: [] for name in passes})
     counts = {}
     for r in range(FLAGS.repeats):
         for method, (per_call, extra) in timed.items():
@@ -188,6 +229,8 @@ def main(argv):
         prefill()
         times["bare_prefill"].append(time.perf_counter() - t0)
         times["bare_decode"].append(decode_steps(min(FLAGS.max_new_tokens, 16)))
+        for pass_name, once in passes.items():
+            times[pass_name].append(float(np.median([once() for _ in range(5)])))
         print(f"round {r + 1}/{FLAGS.repeats} done", file=sys.stderr, flush=True)
 
     rows = {}
@@ -214,13 +257,30 @@ def main(argv):
             steps - half_steps)
         rows["plain"]["marginal_ms_per_step"] = marginal_ms
         ratios["plain marginal step/bare decode step"] = marginal_ms / bare_ms
-    if "standard" in rows:
-        for method in rows:
-            ratios[f"{method}/standard per token"] = rows[method]["ms_per_token"] / rows["standard"]["ms_per_token"]
+    # Per token against the two methods without a draft: what speculation buys (the paper's Table 1
+    # compares each method with the basic watermark; standard speculative sampling with plain decoding).
+    for base in ("plain", "basic", "standard"):
+        if base in rows:
+            for method in rows:
+                if method != base:
+                    ratios[f"{method}/{base} per token"] = rows[method]["ms_per_token"] / rows[base]["ms_per_token"]
     for label in rows:
         if "@" in label and label.split("@")[0] in rows:
             chain = label.split("@")[0]
             ratios[f"{label}/{chain} per token"] = rows[label]["ms_per_token"] / rows[chain]["ms_per_token"]
+    pass_ms = {pass_name: 1e3 * float(np.median(times[pass_name])) for pass_name in passes}
+    if passes:
+        ratios[f"verification pass (T={FLAGS.lookahead + 1})/bare decode step"] = pass_ms["bare_verify"] / bare_ms
+        ratios["draft step/bare decode step"] = pass_ms["bare_draft"] / bare_ms
+        for method in rows:
+            if method in speculative.METHODS and speculative.METHODS[method].speculative:
+                # a step: the call less the target's prefill, over the loop's steps
+                step_ms = (1e3 * rows[method]["seconds_median"] - num_calls * prefill_ms) / rows[method]["loop_steps"]
+                model_ms = pass_ms["bare_verify"] + FLAGS.lookahead * pass_ms["bare_draft"]
+                rows[method]["step_ms_without_prefill"] = step_ms
+                rows[method]["step_overhead_ms"] = step_ms - model_ms
+                ratios[f"{method} step beyond its model passes/bare decode step"] = (
+                    rows[method]["step_overhead_ms"] / bare_ms)
     spreads = {}
     for method, base in UNWATERMARKED.items():
         if method in rows and base in rows:
@@ -240,6 +300,8 @@ def main(argv):
         print(f"{method:22s} {row['ms_per_token']:9.3f} {row['ms_per_step']:9.3f} {f'({lo:.2f}-{hi:.2f})':>17s} "
               f"{row['tokens_per_step']:8.2f}")
     print(f"{'bare decode':14s} {'':9s} {bare_ms:9.3f}   (bare prefill {prefill_ms:.3f} ms)")
+    for pass_name, ms in pass_ms.items():
+        print(f"{pass_name:14s} {'':9s} {ms:9.3f}")
     if "plain" in rows:
         print(f"{'plain marginal':14s} {'':9s} {rows['plain']['marginal_ms_per_step']:9.3f}   "
               f"(step cost beyond the prefill: runs at {FLAGS.max_new_tokens} and {FLAGS.max_new_tokens // 2} tokens)")
@@ -247,11 +309,12 @@ def main(argv):
         spread = f"   (rounds: {spreads[key][0]:.3f}-{spreads[key][1]:.3f})" if key in spreads else ""
         print(f"  {key:48s} {value:6.3f}{spread}")
     storage.atomic_write_json(FLAGS.output, {
-        "pair": name, "decoder": dec.label, "lookahead": FLAGS.lookahead, "batch_size": bsz,
+        "pair": name, "weight_layout": FLAGS.weight_layout if FLAGS.pair == "builtin" else None,
+        "decoder": dec.label, "lookahead": FLAGS.lookahead, "batch_size": bsz,
         "num_calls": num_calls, "draft_trees": FLAGS.draft_trees,
         "max_new_tokens": FLAGS.max_new_tokens, "temperature": FLAGS.temperature, "top_k": FLAGS.top_k or None,
         "repeats": FLAGS.repeats, "devices": [str(d) for d in jax.devices()], "rows": rows,
-        "bare_decode_ms_per_step": bare_ms, "bare_prefill_ms": prefill_ms, "ratios": ratios,
+        "bare_decode_ms_per_step": bare_ms, "bare_prefill_ms": prefill_ms, "bare_pass_ms": pass_ms, "ratios": ratios,
         "ratio_spreads": spreads,
         "seconds": times})
     print(f"wrote {FLAGS.output}")

@@ -62,6 +62,37 @@ def torch_model(config: TransformerConfig, dtype: str = "bfloat16", device: str 
     return model.eval()
 
 
+# our layer param -> its transformers module inside ``model.layers.{i}.`` (Llama family)
+_LAYER_NAMES = {"attn_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm",
+                "wq": "self_attn.q_proj", "wk": "self_attn.k_proj", "wv": "self_attn.v_proj",
+                "wo": "self_attn.o_proj", "w_gate": "mlp.gate_proj", "w_up": "mlp.up_proj",
+                "w_down": "mlp.down_proj"}
+
+
+def load_weights(model, config: TransformerConfig, params: dict) -> None:
+    """Copies our params (``in_out`` layout, Llama family) into ``model`` from :func:`torch_model`, so
+    that both run the same weights (e.g. the built-in target's, dequantised from its GGUF file)."""
+    import numpy as np
+    import torch
+
+    if config.weight_layout != "in_out" or config.family != "llama":
+        raise ValueError("load_weights copies Llama-family params in the in_out layout")
+    state = {"model.embed_tokens.weight": params["embed"], "model.norm.weight": params["final_norm"]}
+    if not config.tie_word_embeddings:
+        state["lm_head.weight"] = np.asarray(params["lm_head"]).T
+    for i, lp in enumerate(params["layers"]):
+        for ours, theirs in _LAYER_NAMES.items():
+            w = np.asarray(lp[ours])
+            state[f"model.layers.{i}.{theirs}.weight"] = w.T if w.ndim == 2 else w
+    tensors = {k: torch.from_numpy(np.array(v, dtype=np.float32)) for k, v in state.items()}  # writable copies
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise ValueError(f"weights do not match the torch model: missing {missing[:4]}, unexpected {unexpected[:4]}")
+    if config.tie_word_embeddings:
+        model.tie_weights()
+
+
 def generate_call(model, batch_size: int, prompt_length: int, new_tokens: int, static_cache: bool = True,
                   seed: int = 0):
     """A function running one ``model.generate`` of exactly ``new_tokens`` per row on random

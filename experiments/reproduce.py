@@ -13,7 +13,8 @@ Presets (``--preset``); every other flag overrides the preset:
 
 * ``quick``: the built-in pair (SmolLM2-135M-Instruct + feature draft f3),
   the built-in ELI5 stand-in, 16 prompts per speed run with K = 1, 2, 3
-  (batches of 8), 144 texts per detection run and class (48 train / 96 test;
+  (one text per call, as the paper times PTT: on a CPU a batch of 8 makes the
+  verification of 8 x (K + 1) positions compute-bound), 144 texts per detection run and class (48 train / 96 test;
   batches of 32) at K = 1 — the pair's best lookahead by
   ``benchmarks/bench_draft_k.py`` (``docs/models.md``) — 96 new tokens, TPR
   at 16..96 tokens, 2e5 Monte Carlo samples for the curves. README has the
@@ -53,11 +54,13 @@ PRESETS = {  # settings, Monte Carlo samples of the curves, whether the public d
     # (benchmarks/bench_draft_k.py, batch 8, with feature draft f1, of f3's cost and shape: 1.01 / 0.95 /
     # 1.09 x plain per token at K = 1, 1.10-1.32 at K = 2; docs/models.md; f3 at batch 8, T = 0.7: 1.04 at K = 1,
     # 1.34 at K = 3); at batch 1 it is about even at K = 1 (bench_speculative, T = 0.7, f3: standard / plain
-    # 0.96 at K = 1, 1.20 at K = 3; docs/performance.md). Detection: 144 of the built-in eval split's 150 questions, 48 train / 96 test texts
+    # 0.96 at K = 1, 1.20 at K = 3; docs/performance.md). The speed runs time one text per call (batch_size=1),
+    # as the paper's PTT; the texts do not depend on the batch (docs/performance.md: rows and batches).
+    # Detection: 144 of the built-in eval split's 150 questions, 48 train / 96 test texts
     # per class at 96 tokens (4 x the 24 test texts of an earlier quick preset: half the interval
     # width), generated 32 rows per call (more tokens per second than 8 on a CPU; the 128 Alg. 1 texts
     # the speed table has not made fill 4 calls exactly).
-    "quick": (experiment.Settings(lookaheads=(1, 2, 3), detect_lookahead=1, num_detection_texts=144,
+    "quick": (experiment.Settings(lookaheads=(1, 2, 3), batch_size=1, detect_lookahead=1, num_detection_texts=144,
                                   num_detection_train=48, detection_batch_size=32,
                                   max_new_tokens=96, tpr_lengths=(16, 32, 48, 64, 96)),
               200_000, True),

@@ -1,4 +1,5 @@
-"""The accelerator check runs anywhere: on the CPU at reduced shapes it produces every part of its JSON."""
+"""The benchmarks run anywhere: the accelerator check on the CPU at reduced shapes produces every part of its
+JSON; the comparison benchmarks write their rows; the peer baseline runs our weights."""
 
 import json
 import os
@@ -91,3 +92,51 @@ def test_the_cli_startup_benchmark_reports_help_and_a_small_jsonl_file(tmp_path)
     assert 0.05 <= jsonl["megabytes"] < 0.1 and jsonl["lines"] > 1 and jsonl["cache"] == "cold"
     assert jsonl["median_wall_s"] > 0 and jsonl["median_max_rss_mb"] > 0
     assert report["parts"] == ["help", "jsonl"] and len(report["load_average_before"]) == 3
+
+
+def test_the_transformers_baseline_runs_our_weights():
+    # vs_peers times transformers' generate on the built-in target's weights copied into its Llama:
+    # a wrong copy (a transposed matrix, a missed tie) would time another model.
+    import jax
+    import numpy as np
+    import torch
+
+    from benchmarks import hf_baseline
+    from wmspec_jax.models import transformer
+    from wmspec_jax.models.config import TransformerConfig
+
+    for tied in (True, False):
+        config = TransformerConfig(family="llama", vocab_size=40, hidden_size=16, intermediate_size=24, num_layers=2,
+                                   num_heads=4, num_kv_heads=2, head_dim=4, rope_theta=10000.0,
+                                   rms_norm_eps=1e-5, tie_word_embeddings=tied)
+        params = transformer.init_params(config, jax.random.key(0), scale=0.3)
+        model = hf_baseline.torch_model(config, "float32", "cpu")
+        hf_baseline.load_weights(model, config, params)
+        ids = np.array([[3, 17, 5, 29, 11, 2]])
+        with torch.no_grad():
+            theirs = model(torch.as_tensor(ids)).logits.numpy()
+        ours, _ = transformer.forward(config, params, ids, np.arange(6)[None], _cache(config), np.array([6]))
+        assert np.std(theirs) > 0.3
+        np.testing.assert_allclose(np.asarray(ours), theirs, atol=1e-4, rtol=0)
+
+
+def _cache(config):
+    from wmspec_jax.models import cache
+
+    return cache.init_cache(config, 1, 8)
+
+
+def test_the_pass_profile_reports_both_layouts_against_the_floor(tmp_path):
+    out = tmp_path / "profile.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.profile_passes", "--tokens=1,2", "--repeats=1",
+                           "--profile_repeats=1", "--top=3", "--stream_mib=16", "--filled=8", "--capacity=32",
+                           f"--output={out}"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {(r["layout"], r["tokens"]): r for r in report["rows"]}
+    assert set(rows) == {("in_out", 1), ("in_out", 2), ("out_in", 1), ("out_in", 2)}
+    assert rows["in_out", 1]["over_decode_step"] == 1.0 and rows["out_in", 2]["over_floor"] > 0
+    assert all(r["max_logit_difference_vs_first_layout"] < 1e-3 for r in rows.values())
+    assert report["weight_bytes"] > 5e8 and report["floor_ms"] > 0
+    assert set(report["profiles"]) == {"in_out T=1", "in_out T=2", "out_in T=1", "out_in T=2"}
+    assert all(p["top_ops"] and p["total_ms"] > 0 for p in report["profiles"].values())

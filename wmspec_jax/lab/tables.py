@@ -20,13 +20,18 @@ def write_csv(path: str, rows: Sequence[dict]) -> None:
 
 
 def speculative_markdown(rows: Sequence[dict]) -> str:
-    """Tables 1-2 as markdown: one line per run, mean ± 95 % CI half-width."""
-    lines = ["| decoder (T) | K | method | AATPS | PTT (ms) | LOGPPL |", "|---|---|---|---|---|---|"]
+    """Tables 1-2 as markdown: one line per run, mean ± 95 % CI half-width, and each run's PTT over
+    the basic watermark's of its decoder and temperature (the paper's comparison; "-" without one)."""
+    basic = {(r["decoder"], r["temperature"]): r["ptt_ms"] for r in rows if not r["lookahead"]}
+    lines = ["| decoder (T) | K | method | AATPS | PTT (ms) | PTT / basic | LOGPPL |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         dec = "Gumbel-max" if r["decoder"] == GUMBEL else "SynthID"
+        base = basic.get((r["decoder"], r["temperature"]))
+        ratio = f"{r['ptt_ms'] / base:.2f}" if base else "-"
         lines.append(f"| {dec} ({r['temperature']:g}) | {r['lookahead'] or '-'} | {r['method']} | "
                      f"{r['aatps']:.2f} ± {r['aatps_ci']:.2f} | {r['ptt_ms']:.1f} ± {r['ptt_ms_ci']:.1f} | "
-                     f"{r['logppl']:.2f} ± {r['logppl_ci']:.2f} |")
+                     f"{ratio} | {r['logppl']:.2f} ± {r['logppl_ci']:.2f} |")
     return "\n".join(lines)
 
 
