@@ -5,7 +5,7 @@ Shopping: 400 human paragraphs, each submitted under every claim a line or a fla
 indices, context widths 1..64, seven decoders, a grid of draft fractions), must stay within α's binomial
 band when each text keeps its best verdict over all its submissions: at α = 0.01 at most the 1 − 1e-6
 upper quantile of Binomial(400, 0.01) texts flagged (a false failure has probability below 1e-6).
-Believing the claims flagged 239 (indices), 194 (context widths) and 31 (decoders) of them."""
+Believing the claims flagged 256 (indices), 171 (context widths) and 17 (decoders) of these texts."""
 
 import json
 import math
@@ -269,3 +269,18 @@ def test_outputs_without_their_record(generated, tmp_path, key):
         bad = write_jsonl(tmp_path / f"{name}.jsonl", [recs[1], row])
         rc, _, err = run_tool(cli_deployment, [bad, key], SECRET)
         assert rc == 2 and f"{name}.jsonl:2" in err and not os.path.exists(bad + deployment_record.SUFFIX), err
+
+
+def test_generate_to_stdout_records_where_deployment_says(tmp_path, key, records):
+    """Standard output has no place beside it: --deployment names the record; a record of other settings
+    is refused before any text is generated, and the lines on stdout are detected under the new one."""
+    args = ["-", key, "--max_new_tokens=12", "--nostop_at_eos", "--run=stdout-run"]
+    rc, stdout, err = run_tool(cli_generate, args + [f"--deployment={records['direct']}"], SECRET, b"Why?\n")
+    assert rc == 2 and "holds other settings" in err and stdout == ""
+    rc, stdout, err = run_tool(cli_generate, args, SECRET, b"Why?\n")
+    assert rc == 0 and "no deployment record is written" in err
+    record = tmp_path / "stdout.deployment.json"
+    rc, stdout, err = run_tool(cli_generate, args + [f"--deployment={record}"], SECRET, b"Why?\n")
+    assert rc == 0 and json.loads(record.read_text())["issued"] == {"stdout-run": [[0, 1]]}, err
+    rc, out, err = detect(["-", key, "--format=json", f"--deployment={record}"], stdin=stdout.encode())
+    assert rc == 0 and lines(out)[0]["verdict"] != "error", err

@@ -57,7 +57,8 @@ class Recorder:
             print(f"{prog}: no deployment record is written for standard output: pass --deployment=PATH so "
                   "wmspec-detect can score these texts under their settings", file=stderr)
         else:
-            outputs.check_output_path("--deployment", path, list(inputs) + [fv.output],
+            others = [p for p in list(inputs) + [fv.output] if p not in (None, outputs.STDOUT)]
+            outputs.check_output_path("--deployment", path, others or None, allow_stdout=False,
                                       consequence="the record would replace it")
         self.path = path
         self.texts: list = []

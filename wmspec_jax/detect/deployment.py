@@ -428,7 +428,11 @@ def _memo_key(plan: Plan, ids: Sequence[int], offsets) -> str:
     import json
 
     base = {k: v for k, v in plan.base.items() if k != "id"}
-    variants = [[v.declared] + [v.record.get(k) for k in _RULE_FIELDS] for v in plan.variants]
+    if plan.key_note is not None and plan.key_note["found_by"].startswith("not a text"):
+        # every issued key, whatever the line claimed: the claims' values do not matter
+        variants = [[v.declared] + [v.record.get(k) for k in SCORING_FIELDS] for v in plan.variants[::plan.keys_tried]]
+    else:
+        variants = [[v.declared] + [v.record.get(k) for k in _RULE_FIELDS] for v in plan.variants]
     text = json.dumps([list(ids), base, variants, offsets], sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -459,6 +463,7 @@ def score_chunk(rule: Rule, inputs: Sequence, ids: Sequence, recorded: Sequence,
     """
     plans: list = []
     text_lines: list = []
+    pending: dict = {}
     for k, (x, toks) in enumerate(zip(inputs, ids)):
         validate(x.record, x.where)
         try:
@@ -472,13 +477,26 @@ def score_chunk(rule: Rule, inputs: Sequence, ids: Sequence, recorded: Sequence,
         if key is not None and key in rule.memo:
             plans.append(("memo", _relabelled(rule.memo[key], x.record, x.where)))
             continue
+        if key is not None and key in pending:  # the same text and claims earlier in this chunk
+            plans.append(("same", (key, x.record, x.where)))
+            continue
+        if key is not None:
+            pending[key] = True
         start = len(text_lines)
         for v in plan.variants:
             text_lines.append(read(v.record, x.where, first_number + k, toks, recorded[k], offsets[k], v.declared))
         plans.append(("scored", (plan, start, key)))
     results = score(text_lines) if text_lines else []
     out = []
+    done: dict = {}
     for kind, entry in plans:
+        if kind == "same":
+            key, record, where = entry
+            line = done[key]
+            if line.get("verdict") == ERROR_VERDICT:
+                rule.refused.append(where)
+            out.append(_relabelled(line, record, where))
+            continue
         if kind != "scored":
             out.append(entry)
             continue
@@ -488,6 +506,7 @@ def score_chunk(rule: Rule, inputs: Sequence, ids: Sequence, recorded: Sequence,
         except LineError as e:
             line = rule.error_line({}, results[start]["input"], [], e)
         if key is not None:
+            done[key] = line
             if len(rule.memo) >= MEMO_ENTRIES:
                 rule.memo.clear()
             rule.memo[key] = line
