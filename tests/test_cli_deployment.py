@@ -222,7 +222,8 @@ def test_a_tampered_setting_on_a_real_line_is_an_error_naming_it(generated, tmp_
     rc, stdout, err = detect([path, key, "--format=json", f"--deployment={deployment_record.beside(str(out))}"])
     res = lines(stdout)
     assert rc == 1 and "tampered.jsonl:2" in err
-    assert res[1]["verdict"] == "error" and "tampered.jsonl:2" in res[1]["error"] and "context_width=3" in res[1]["error"]
+    assert res[1]["verdict"] == "error"
+    assert "tampered.jsonl:2" in res[1]["error"] and "context_width=3" in res[1]["error"]
     assert [r["pvalue"] for r in (res[0], res[2])] == [clean[0]["pvalue"], clean[2]["pvalue"]]
     # a real line naming another issued text's key, or one never issued
     for claim, message in [({"index": 1}, "its token ids are text 0"), ({"index": 7}, "did not issue")]:
@@ -284,3 +285,15 @@ def test_generate_to_stdout_records_where_deployment_says(tmp_path, key, records
     assert rc == 0 and json.loads(record.read_text())["issued"] == {"stdout-run": [[0, 1]]}, err
     rc, out, err = detect(["-", key, "--format=json", f"--deployment={record}"], stdin=stdout.encode())
     assert rc == 0 and lines(out)[0]["verdict"] != "error", err
+
+
+def test_the_record_holds_no_key_material(records):
+    """Neither the secret, nor its stream key words, nor the signing key are in the file or a repr."""
+    secret = keys.Secret(SECRET)
+    text = open(records["per_text"]).read()
+    words = [str(int(w)) for w in np.asarray(secret.stream_keys().words).ravel()]
+    signing = deployment_record.mac_key(secret)
+    assert SECRET not in text and not any(w in text for w in words) and signing.hex() not in text
+    dep = deployment_record.load(records["per_text"], secret)
+    assert signing.hex() not in repr(dep) and repr(signing) not in repr(dep) and SECRET not in repr(dep)
+    assert dep.num_issued() == 101 and dep.is_issued("shop", 100) and not dep.is_issued("shop", 101)

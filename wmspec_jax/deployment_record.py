@@ -3,7 +3,7 @@
 A verdict must not depend on what a text line says about itself: a line can
 name any run, index, context width, decoder or detector option, and a
 detector that believes it can be shopped (the best of 101 claimed indices
-flags 60 % of human texts at α = 0.01). So the settings come from the key
+flags 64 % of 400 human paragraphs at α = 0.01). So the settings come from the key
 holder's *deployment*: the secret, plus one record of the settings it
 generated with. ``wmspec-generate`` writes the record beside its output
 (``<output>.deployment.json``, :data:`SUFFIX`) or where ``--deployment``
@@ -130,7 +130,7 @@ class Deployment:
     draft_fraction: Optional[float] = None
     detector: str = "auto"
     issued: Mapping = dataclasses.field(default_factory=dict)
-    texts: Mapping = dataclasses.field(default_factory=dict)
+    texts: Mapping = dataclasses.field(default_factory=dict, repr=False)
     source: str = "flags"
     signed: bool = False
     digest_key: bytes = dataclasses.field(default=b"", repr=False, compare=False)

@@ -3,7 +3,7 @@
 A line's own fields — its decoder, context width, key derivation, run,
 index, ``draft_fraction`` — are claims anyone can write. Believed, they
 sell the verdict: a human text submitted under each of 101 claimed indices
-comes out "watermarked" for 60 % of human texts at α = 0.01. So:
+comes out "watermarked" for 64 % of 400 human paragraphs at α = 0.01. So:
 
 * the **deployment** (:class:`wmspec_jax.deployment_record.Deployment`)
   decides: a record signed with the secret (``--deployment=PATH``, else the
