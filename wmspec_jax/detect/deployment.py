@@ -55,6 +55,8 @@ SCORING_FIELDS = ("decoder", "draft_decoder", "synthid_layers", "context_width",
 KEY_FIELDS = ("key_derivation", "run", "index")
 
 _RULE_FIELDS = SCORING_FIELDS + KEY_FIELDS + ("draft_fraction", "candidate")
+_VALIDATED = frozenset(("decoder", "draft_decoder", "synthid_layers", "context_width", "index", "key_sequence",
+                        "draft_fraction", "kgw_gamma", "draft_tree", "key_derivation"))
 
 
 def _statistic(name) -> Optional[str]:
@@ -165,6 +167,8 @@ def validate(record: dict, where: str) -> None:
         text_record.check_format(record, where)
     except text_record.FormatError as e:
         raise LineError(str(e)) from None
+    if not record.keys() & _VALIDATED:  # a plain {"text": ...}: nothing declared (the common case, kept fast)
+        return
     known = decoders.names()
     for name in ("decoder", "draft_decoder"):
         value = record.get(name)
@@ -471,9 +475,11 @@ def score_chunk(rule: Rule, inputs: Sequence, ids: Sequence, recorded: Sequence,
         except LineError as e:
             plans.append(("error", rule.error_line(x.record, x.where, toks, e)))
             continue
-        # --run / --index key a text by its position, so a repeated text is another key there
+        # --run / --index key a text by its position, so a repeated text is another key there; a text
+        # scored once (one setting, one key) costs less to score again than to look up
         by_position = rule.deployment.per_text and not rule.deployment.signed
-        key = _memo_key(plan, toks, offsets[k]) if memo and rule.memo is not None and not by_position else None
+        reuse = memo and rule.memo is not None and not by_position and plan.tries > 1
+        key = _memo_key(plan, toks, offsets[k]) if reuse else None
         if key is not None and key in rule.memo:
             plans.append(("memo", _relabelled(rule.memo[key], x.record, x.where)))
             continue
