@@ -36,6 +36,7 @@ LONGEST_FILES = (
     "test_sharding.py",       # ~100 s: 8 forced devices in a subprocess
     "test_model_assisted.py",  # ~75 s
     "test_decoder_plugin.py",  # ~70 s: a registered scheme through the tools on the built-in pair
+    "test_cli_deployment.py",  # ~100 s: 400 human texts under every claim, two short generations
     "test_key_sequence.py",   # ~80 s alone: key-sequence laws, the edit test (fully optimised), the tools
     "test_detect_permutation.py",  # ~70 s each
     "test_families.py",
