@@ -48,7 +48,8 @@ class IncompatibleModelsError(ValueError):
 
 
 # A Llama-family layer's tensors: (our param name, HF name inside ``model.layers.{i}.``, GGUF name inside
-# ``blk.{i}.``). Both formats store matrices [out, in]; ours are [in, out], so every ``w*`` is transposed.
+# ``blk.{i}.``). Both formats store matrices [out, in]; checkpoints load [in, out] (the in_out weight layout), so
+# every ``w*`` is transposed (a pair converts its models to out_in on CPU: models.pairs).
 LLAMA_LAYER_TENSORS = (
     ("attn_norm", "input_layernorm.weight", "attn_norm.weight"),
     ("wq", "self_attn.q_proj.weight", "attn_q.weight"),
