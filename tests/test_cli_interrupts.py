@@ -53,8 +53,11 @@ def interrupt(script: str, cwd) -> tuple:
     """(exit status, stdout, stderr) of ``script`` sent SIGINT once it printed ``ready``."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("WMSPEC_SECRET", None)
+    # A child inherits an ignored SIGINT, and Python then installs no KeyboardInterrupt handler: a test
+    # worker that ran a tool's interrupt path in-process ignores SIGINT from then on. A user's shell does not.
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
         proc.send_signal(signal.SIGINT)
