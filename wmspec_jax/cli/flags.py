@@ -127,6 +127,17 @@ def parse_tool_argv(fv: flags.FlagValues, argv, prog: str, help_text, stdout, st
         return refuse(prog, f"{e} (see --help)", stderr), []
 
 
+def parse_tool(define_flags, doc: str, argv, prog: str, stdout, stderr) -> tuple:
+    """(flag values, status, positional arguments) of a tool whose flags ``define_flags(fv)`` defines
+    and whose help is ``doc`` and the flags' help (:func:`parse_tool_argv` for ``status``)."""
+    fv = flags.FlagValues()
+    define_flags(fv)
+    status, paths = parse_tool_argv(
+        fv, argv, prog, lambda: doc.strip() + "\n\nFlags:\n" + fv.get_help(include_special_flags=False),
+        stdout, stderr)
+    return fv, status, paths
+
+
 def enable_compilation_cache() -> str | None:
     """Turns on JAX's persistent compilation cache for a command-line tool; returns its directory.
 
@@ -184,4 +195,4 @@ def refuse(prog: str, error, stderr) -> int:
 
 __all__ = ["HELP_ARGS", "PAIR_FLAG_HELP", "SECRET_FLAGS", "console_entry", "define_input_flags",
            "define_pair_flags", "define_scheme_flags", "define_secret_flags", "enable_compilation_cache",
-           "parse_tool_argv", "refuse", "secret_from_flags"]
+           "parse_tool", "parse_tool_argv", "refuse", "secret_from_flags"]

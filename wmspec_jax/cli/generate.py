@@ -508,11 +508,7 @@ def _text_keys(fv, secret, indices, run: str):
 def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     """The tool: parses ``argv`` (``argv[0]`` is the program name) and returns the exit status."""
     stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
-    fv = flags.FlagValues()
-    define_flags(fv)
-    status, paths = cli_flags.parse_tool_argv(
-        fv, argv, PROG, lambda: __doc__.strip() + "\n\nFlags:\n" + fv.get_help(include_special_flags=False),
-        stdout, stderr)
+    fv, status, paths = cli_flags.parse_tool(define_flags, __doc__, argv, PROG, stdout, stderr)
     if status is not None:
         return status
     from wmspec_jax import storage
