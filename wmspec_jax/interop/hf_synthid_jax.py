@@ -178,9 +178,10 @@ def update_scores(scores, g: jax.Array) -> jax.Array:
       g: int[B, V, depth] in {0, 1}, e.g. from :func:`vocab_g_values`.
     """
     validation.check_logits(scores, "scores")
-    s, g = np.shape(scores), np.shape(g)
-    if len(s) != 2 or len(g) != 3 or g[:2] != s:
-        raise ValueError(f"scores must be (B, V) and g_values (B, V, depth); got {s} and {g}")
+    # the shapes get names of their own: ``g`` is the array passed on below
+    scores_shape, g_shape = np.shape(scores), np.shape(g)
+    if len(scores_shape) != 2 or len(g_shape) != 3 or g_shape[:2] != scores_shape:
+        raise ValueError(f"scores must be (B, V) and g_values (B, V, depth); got {scores_shape} and {g_shape}")
     return _update_scores_jit(jnp.asarray(scores, jnp.float32), jnp.asarray(g))
 
 
