@@ -37,7 +37,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from wmspec_jax.models import partitioning
-from wmspec_jax.models.config import TransformerConfig
+# defined beside the layout, where the models' loaders reach them without importing this module
+from wmspec_jax.models.partitioning import place, shard_params
 
 DATA = partitioning.DATA
 MODEL = partitioning.MODEL
@@ -112,35 +113,6 @@ def make_mesh(spec: MeshSpec | str = "", devices: Sequence[Any] | None = None) -
     auto = jax.sharding.AxisType.Auto
     return jax.make_mesh((sizes.data, sizes.model), AXES, axis_types=(auto, auto),
                          devices=devices)
-
-
-def place(x, sharding: NamedSharding):
-    """``x`` (a host value or a jax.Array, typed PRNG keys included) laid out as ``sharding``.
-
-    Across processes every process passes the same value and supplies only
-    the shards of its own devices (``device_put`` cannot target devices of
-    other processes).
-    """
-    if isinstance(x, jax.Array):
-        if sharding.is_fully_addressable:
-            return jax.device_put(x, sharding)
-    else:
-        x = np.asarray(x)
-    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
-
-
-
-
-def shard_params(params: dict, config: TransformerConfig, mesh: Mesh) -> dict:
-    """Places a params pytree tensor-parallel on ``mesh`` (layout: :mod:`.models.partitioning`).
-
-    For checkpoints prefer ``hf.load_checkpoint(..., mesh=mesh)``, which
-    places each tensor as it is read instead of going through one device. Drafts' extra
-    entries (reduced head, feature input) are placed too
-    (:func:`wmspec_jax.models.partitioning.param_partition_specs`).
-    """
-    shardings = partitioning.param_shardings(config, mesh, params)
-    return jax.tree_util.tree_map(place, params, shardings)
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 1) -> NamedSharding:

@@ -51,6 +51,7 @@ import numpy as np
 
 from wmspec_jax import toy
 from wmspec_jax.lm import LanguageModel
+from wmspec_jax.models import partitioning
 
 BUILTIN = "builtin"
 TOY = "toy"
@@ -82,10 +83,8 @@ class ModelPair:
 def _replicated(tree, mesh):
     if mesh is None:
         return tree
-    from wmspec_jax import sharding
-
     spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    return jax.tree_util.tree_map(lambda x: sharding.place(x, spec), tree)
+    return jax.tree_util.tree_map(lambda x: partitioning.place(x, spec), tree)
 
 
 def _toy_pair(mesh=None) -> ModelPair:
@@ -160,9 +159,7 @@ def _placed(checkpoint, mesh):
     """
     if mesh is None:
         return checkpoint.params
-    from wmspec_jax import sharding
-
-    return sharding.shard_params(checkpoint.params, checkpoint.config, mesh)
+    return partitioning.shard_params(checkpoint.params, checkpoint.config, mesh)
 
 
 def builtin_draft(draft: str) -> tuple[str, Optional[str]]:

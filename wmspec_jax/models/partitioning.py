@@ -30,12 +30,19 @@ vocabulary entries); otherwise it is replicated, e.g. Qwen2.5-7B's 4
 key/value heads on ``model=8`` (the query heads and MLP are still split).
 XLA (GSPMD) inserts the collectives; the results equal the unsharded ones up
 to float reassociation in the sharded contractions.
+
+:func:`shard_params` places a params pytree in this layout and :func:`place` one
+array as any ``NamedSharding`` (across processes too); they live here, beside the
+layout, so that the models' loaders place their params without importing
+:mod:`wmspec_jax.sharding`, which imports the models (it offers both under the
+same names).
 """
 
 from __future__ import annotations
 
 import jax
-from jax.sharding import NamedSharding, PartitionSpec as P
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from wmspec_jax.models.cache import KVCache
 from wmspec_jax.models.config import TransformerConfig
@@ -116,4 +123,32 @@ def cache_shardings(config: TransformerConfig, mesh: jax.sharding.Mesh) -> KVCac
     return _named(mesh, cache_partition_specs(config, mesh.shape[MODEL]))
 
 
-__all__ = ["DATA", "MODEL", "cache_partition_specs", "cache_shardings", "param_partition_specs", "param_shardings"]
+def place(x, sharding: NamedSharding):
+    """``x`` (a host value or a jax.Array, typed PRNG keys included) laid out as ``sharding``.
+
+    Across processes every process passes the same value and supplies only
+    the shards of its own devices (``device_put`` cannot target devices of
+    other processes).
+    """
+    if isinstance(x, jax.Array):
+        if sharding.is_fully_addressable:
+            return jax.device_put(x, sharding)
+    else:
+        x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+
+def shard_params(params: dict, config: TransformerConfig, mesh: Mesh) -> dict:
+    """Places a params pytree tensor-parallel on ``mesh`` (layout: the module doc).
+
+    For checkpoints prefer ``hf.load_checkpoint(..., mesh=mesh)``, which
+    places each tensor as it is read instead of going through one device. Drafts' extra
+    entries (reduced head, feature input) are placed too
+    (:func:`param_partition_specs`).
+    """
+    shardings = param_shardings(config, mesh, params)
+    return jax.tree_util.tree_map(place, params, shardings)
+
+
+__all__ = ["DATA", "MODEL", "cache_partition_specs", "cache_shardings", "param_partition_specs", "param_shardings",
+           "place", "shard_params"]
