@@ -7,6 +7,8 @@ The public API (everything else is reached through its module):
 
   generate, precompile, SpeculativeConfig, GenerationResult, METHODS
                 the jitted generation loop (Alg. 1 and the methods it is compared with)
+  Setting       one generation setting (method, decoders, K, draft shape, temperature, top-k, h, key
+                sequence, PRF version): its rules, its text-line record, its config and provenance
   WatermarkDecoder          Gumbel-max, SynthID(m), SynthID(m = ∞), inverse transform, DiPmark(α) /
                             γ-reweight, KGW(γ, δ), or a scheme registered with
                             ``decoders.register``: a scheme carries its behaviour
@@ -24,7 +26,7 @@ The public API (everything else is reached through its module):
 Layers (import downwards only; ``tests/test_architecture.py``): storage
 (``storage``, ``user_cache``) < the algorithm (``prf``, ``keys``, ``context``, ``key_sequence``,
 ``decoders``, ``theory``, ``candidates``, ``sampling``, ``methods``,
-``stages``, ``speculative``, ``lm``, ``toy``, ``sharding``, ``models``, ``batching``,
+``stages``, ``setting``, ``speculative``, ``lm``, ``toy``, ``sharding``, ``models``, ``batching``,
 ``text_record``, ``detect``, ``tradeoff``, ``interop``) < the lab (``lab``: data, runs, the
 experiments) < the tools (``cli``). Modules and names are imported on first
 use (:mod:`wmspec_jax._lazy`): ``import wmspec_jax`` does not start JAX. Each module's
@@ -37,12 +39,12 @@ SUBMODULES = (
     "batching", "buffers", "candidates", "cli", "context", "decoders", "detect", "interop", "key_sequence", "keys", "lab",
     "lm", "methods",
     "models",
-    "multidraft", "prf", "prf_keys", "prf_numpy", "sampling", "sharding", "sources", "speculative", "stages",
+    "multidraft", "prf", "prf_keys", "prf_numpy", "sampling", "setting", "sharding", "sources", "speculative", "stages",
     "storage", "text_record", "textnorm", "theory", "toy", "tradeoff", "user_cache", "validation",
 )
 _NAMES = {
     "generate": "speculative", "precompile": "speculative", "SpeculativeConfig": "speculative",
-    "GenerationResult": "speculative", "METHODS": "methods",
+    "GenerationResult": "speculative", "METHODS": "methods", "Setting": "setting",
     "WatermarkDecoder": "decoders",
     "Secret": "keys", "text_keys": "keys", "StreamKeys": "keys", "PRF_VERSION": "prf_keys",
     "LanguageModel": "lm", "FeatureDraftModel": "lm",

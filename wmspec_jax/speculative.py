@@ -3,7 +3,8 @@
 :func:`generate` validates its inputs on the host and calls one ``jax.jit``
 function: prefill + a ``lax.while_loop`` over the steps of
 :mod:`wmspec_jax.stages` (draft → verify → accept → resample → commit →
-rollback). The function is compiled per :class:`SpeculativeConfig`, whose
+rollback). The function is compiled per :class:`SpeculativeConfig` (a
+:class:`wmspec_jax.setting.Setting` and the stopping fields), whose
 method (:mod:`wmspec_jax.methods`) is static, so each method computes only
 what it uses: ``plain`` and ``standard`` hash no watermark, ``hu`` draws no
 watermarked residual, and so on (the table of methods is in
@@ -22,184 +23,16 @@ so the watermark costs O(k) per position, not O(V).
 
 from __future__ import annotations
 
-import dataclasses
-import numbers
-import warnings
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import decoders, executable_store, key_sequence, multidraft, prf, sampling, stages, validation
+from wmspec_jax import executable_store, multidraft, prf, sampling, stages, validation
 from wmspec_jax.lm import DraftModel, LanguageModel
-from wmspec_jax.methods import METHODS, Method
-
-MAX_LOOKAHEAD = 32
-"""Largest K accepted: the loop body drafts K tokens in sequence (compiled unrolled)."""
-
-
-def _int_setting(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    if int(value) < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
-@dataclasses.dataclass(frozen=True)
-class SpeculativeConfig:
-    """Static generation settings (hashable: part of the jit cache key).
-
-    Attributes:
-      method: one of :data:`METHODS`.
-      decoder: the watermark decoder (:class:`~wmspec_jax.decoders.WatermarkDecoder`) of the target
-        stream ζ^T: residual and bonus tokens, and every token of ``basic``.
-      lookahead: K drafts per step (must be 0 for ``plain``/``basic``).
-      max_new_tokens: per-row budget of generated tokens.
-      temperature: > 0, or 0 for greedy; applied to P and Q alike. At 0 every
-        distribution is one-hot and no watermark exists (a watermarking method
-        warns; records say ``watermarked = False``).
-      top_k: optional top-k (exactly k tokens; ties broken towards lower
-        ids), applied to P and Q alike; ``None`` or 0 keeps all.
-      context_width: h, the number of previous tokens keying ζ.
-      eos_id: stop a row after emitting this token, or any token of a tuple
-        of stop ids (e.g. the end-of-turn token and ``<|endoftext|>``); None:
-        never.
-      pad_id: filler after each row's end in the returned buffer.
-      draft_decoder: the decoder of the draft stream ζ^D when it differs from ``decoder`` (beyond the
-        paper: e.g. a Gumbel-max draft under a SynthID target); None (default) or ``decoder`` itself
-        means the same decoder (stored as None). Only for methods that watermark the draft (``hu``,
-        ``dathathri``, ``pseudorandom``). Each token's record says which stream it came from, and
-        detection scores each stream with its decoder's statistic (``docs/decoders.md``).
-      num_drafts: n >= 1 candidate chains of K drafts per step, verified together by recursive
-        rejection sampling (beyond the paper: :mod:`wmspec_jax.multidraft`); 1 (default) is the
-        paper's one chain, token for token. Shorthand for ``draft_tree=(n, 1, ..., 1)``. The target
-        scores the tree in one forward with tree attention (``LanguageModel.step_tree``, which the
-        transformers of :mod:`wmspec_jax.models` and the toy pair provide).
-      draft_tree: branching factors (b_1, ..., b_K) of a static draft tree, b_s children per node at
-        depth s (e.g. (3, 2, 1)); None: given by ``num_drafts``. Stored as None when it is one chain.
-      distinct_drafts: draw the siblings of a node without replacement (sibling c from Q without the
-        earlier siblings' tokens; recursive speculative decoding's variant, still exact: its
-        acceptance tests use the same Q_c); False: independent draws. Stored as False for one chain.
-
-    NumPy integer / float scalars are accepted and stored as Python numbers.
-    """
-
-    method: str = "pseudorandom"
-    decoder: decoders.WatermarkDecoder = decoders.WatermarkDecoder()
-    lookahead: int = 3
-    max_new_tokens: int = 64
-    temperature: float = 1.0
-    top_k: Optional[int] = None
-    context_width: int = prf.DEFAULT_CONTEXT_WIDTH
-    eos_id: Optional[Union[int, tuple]] = None
-    pad_id: int = 0
-    draft_decoder: Optional[decoders.WatermarkDecoder] = None
-    num_drafts: int = 1
-    draft_tree: Optional[tuple] = None
-    distinct_drafts: bool = False
-    key_sequence: int = 0
-
-    def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {sorted(METHODS)}, got {self.method!r}")
-        spec = METHODS[self.method]
-        fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
-        fix("lookahead", _int_setting("lookahead K", self.lookahead, 0))
-        if self.lookahead > MAX_LOOKAHEAD:
-            raise ValueError(f"lookahead K={self.lookahead} exceeds {MAX_LOOKAHEAD}: each step drafts K tokens "
-                             "one forward at a time, and acceptance decays geometrically in K")
-        if spec.speculative and self.lookahead < 1:
-            raise ValueError(f"method {self.method!r} needs lookahead K >= 1")
-        if not spec.speculative and self.lookahead != 0:
-            raise ValueError(f"method {self.method!r} does not speculate: set lookahead=0")
-        fix("max_new_tokens", _int_setting("max_new_tokens", self.max_new_tokens, 1))
-        fix("temperature", decoders.check_temperature(self.temperature))
-        if self.top_k is not None:
-            top_k = _int_setting("top_k", self.top_k, 0)
-            fix("top_k", top_k or None)
-        fix("context_width", prf.check_context_width(self.context_width))
-        if isinstance(self.eos_id, (list, tuple)):
-            ids = tuple(sorted({_int_setting("eos_id", e, 0) for e in self.eos_id}))
-            fix("eos_id", (ids[0] if len(ids) == 1 else ids) if ids else None)
-        elif self.eos_id is not None:
-            fix("eos_id", _int_setting("eos_id", self.eos_id, 0))
-        fix("pad_id", _int_setting("pad_id", self.pad_id, 0))
-        if not isinstance(self.decoder, decoders.WatermarkDecoder):
-            raise TypeError("decoder must be a wmspec_jax.decoders.WatermarkDecoder")
-        if self.draft_decoder is not None:
-            if not isinstance(self.draft_decoder, decoders.WatermarkDecoder):
-                raise TypeError("draft_decoder must be a wmspec_jax.decoders.WatermarkDecoder or None")
-            if self.draft_decoder == self.decoder:
-                fix("draft_decoder", None)
-            elif self.decoder.biased or self.draft_decoder.biased:
-                raise ValueError("a biased decoder (KGW) biases draft and target with one green list: it takes no "
-                                 "other decoder for the draft")
-            elif not spec.watermark_draft:
-                raise ValueError(f"method {self.method!r} draws no watermarked draft token: a draft_decoder "
-                                 "needs hu, dathathri or pseudorandom")
-        fix("num_drafts", _int_setting("num_drafts", self.num_drafts, 1))
-        if self.draft_tree is not None or self.num_drafts > 1:
-            if not spec.speculative:
-                raise ValueError(f"method {self.method!r} does not speculate: num_drafts / draft_tree need a "
-                                 "speculative method")
-            if self.draft_tree is not None and self.num_drafts > 1:
-                raise ValueError("give num_drafts or draft_tree, not both (num_drafts=n is draft_tree=(n, 1, ...))")
-            tree = multidraft.check_branching(self.draft_tree if self.draft_tree is not None
-                                              else (self.num_drafts,) + (1,) * (self.lookahead - 1), self.lookahead)
-            if self.decoder.biased:
-                raise ValueError("a biased decoder (KGW) is not supported with num_drafts / draft_tree")
-            fix("num_drafts", 1)
-            fix("draft_tree", tree if multidraft.num_paths(tree) > 1 else None)
-        if not isinstance(self.distinct_drafts, (bool, np.bool_)):
-            raise TypeError(f"distinct_drafts must be a bool, got {self.distinct_drafts!r}")
-        fix("distinct_drafts", bool(self.distinct_drafts) and self.draft_tree is not None)
-        fix("key_sequence", key_sequence.check_key_length(self.key_sequence))
-        if self.key_sequence and spec.watermarks:
-            for d in {self.decoder, self.draft_stream_decoder}:
-                if d.family != decoders.GUMBEL or d.target_stream_statistic:
-                    raise ValueError(f"key_sequence needs a decoder of the Gumbel-max family (one uniform per "
-                                     f"token and stream, what the edit test scores); {d.label} is not")
-        if self.temperature == 0 and spec.watermarks:
-            warnings.warn(
-                f"method {self.method!r} at temperature 0: every distribution is one-hot, so no watermark "
-                "is embedded (records say watermarked=False)", stacklevel=3)
-
-    @classmethod
-    def from_setting(cls, method: str, decoder: decoders.WatermarkDecoder, lookahead: int, *,
-                     drafts: str = "1", **settings) -> "SpeculativeConfig":
-        """The config of a generation setting as the experiments (``RunSpec``) and ``wmspec-generate`` write
-        it: the draft shape as text (:func:`wmspec_jax.multidraft.parse_shape`: ``"1"`` the paper's one
-        chain, ``"3"`` three chains, ``"3x2x1"`` a tree, a trailing ``"d"`` for distinct siblings);
-        ``settings`` are the other fields (``max_new_tokens``, ``temperature``, ``top_k``, ...)."""
-        return cls(method=method, decoder=decoder, lookahead=lookahead, **settings,
-                   **multidraft.parse_shape(drafts))
-
-    @property
-    def stop_ids(self) -> tuple:
-        """The stop token ids as a tuple (empty: never stop early)."""
-        if self.eos_id is None:
-            return ()
-        return self.eos_id if isinstance(self.eos_id, tuple) else (self.eos_id,)
-
-    @property
-    def draft_stream_decoder(self) -> decoders.WatermarkDecoder:
-        """The decoder of the draft stream ζ^D: ``draft_decoder``, else ``decoder``."""
-        return self.decoder if self.draft_decoder is None else self.draft_decoder
-
-    @property
-    def spec(self) -> Method:
-        """The static :class:`~wmspec_jax.methods.Method` description."""
-        return METHODS[self.method]
-
-    def static(self) -> stages.Static:
-        """What the compiled step depends on (:class:`wmspec_jax.stages.Static`)."""
-        return stages.Static(
-            method=self.spec, decoder=self.decoder, lookahead=self.lookahead, temperature=self.temperature,
-            top_k=self.top_k, context_width=self.context_width, max_new_tokens=self.max_new_tokens,
-            stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder, tree=self.draft_tree,
-            distinct_drafts=self.distinct_drafts, key_sequence=self.key_sequence)
+from wmspec_jax.methods import METHODS  # noqa: F401  (callers read speculative.METHODS)
+from wmspec_jax.setting import MAX_LOOKAHEAD, SpeculativeConfig
 
 
 class GenerationResult(NamedTuple):
