@@ -76,7 +76,7 @@ _NAMES = {
     "Oracle": "gumbel",
     "Provenance": "provenance",
     "ProvenanceMismatch": "provenance",
-    "Records": "streams_types",
+    "GenerationRecords": "streams_types",
     "Scores": "common",
     "SingleStream": "gumbel",
     "Soft": "soft",

@@ -208,7 +208,7 @@ def edit_test(tokens, key, *, key_length: int, vocab_size: int, lengths=None, st
     """Kuditipudi et al.'s edit-robust permutation test of texts generated under a key sequence.
 
     Args:
-      tokens: int[B, L] token ids, or a :class:`Records` batch (its lengths and starts too).
+      tokens: int[B, L] token ids, or a :class:`GenerationRecords` batch (its lengths and starts too).
       key: the keys generation used (as :func:`wmspec_jax.detect.gumbel_statistics` takes them).
       key_length: n of the generation's ``SpeculativeConfig.key_sequence``.
       vocab_size: V (every scored token must lie in [0, V)).

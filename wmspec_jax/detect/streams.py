@@ -64,12 +64,12 @@ from wmspec_jax.detect.streams_batches import (arrays_only, concat, concat_sourc
 from wmspec_jax.detect.streams_compute import (SIBLING_DECAY, alignment_value, check_sibling_weights,
                                                gumbel_statistics, resolved_sibling_weights, statistics,
                                                statistics_provenance, synthid_statistics)
-from wmspec_jax.detect.streams_types import (GumbelStats, Records, SynthIDStats, check_source, check_statistics,
-                                             check_texts, records_from_generation)
+from wmspec_jax.detect.streams_types import (GenerationRecords, GumbelStats, SynthIDStats, check_source,
+                                             check_statistics, check_texts, records_from_generation)
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET
 
 __all__ = [
-    "GumbelStats", "SynthIDStats", "Records", "check_texts", "check_source", "check_statistics",
+    "GumbelStats", "SynthIDStats", "GenerationRecords", "check_texts", "check_source", "check_statistics",
     "records_from_generation", "alignment_value", "SIBLING_DECAY", "resolved_sibling_weights",
     "check_sibling_weights", "statistics_provenance", "gumbel_statistics", "synthid_statistics", "statistics",
     "take", "arrays_only", "truncate", "num_scored", "draft_fraction", "pseudo_source", "concat", "concat_source",

@@ -15,7 +15,7 @@ import numpy as np
 from wmspec_jax import context, decoders, keys as keys_lib, prf
 from wmspec_jax.detect import synthid_search
 from wmspec_jax.detect.provenance import Provenance
-from wmspec_jax.detect.streams_types import GumbelStats, Records, SynthIDStats, _check_keys, check_texts
+from wmspec_jax.detect.streams_types import GenerationRecords, GumbelStats, SynthIDStats, _check_keys, check_texts
 
 alignment_value = decoders.alignment_value  # the inverse transform's statistic (its module's)
 
@@ -163,9 +163,11 @@ def _check_candidate(candidate, shape: tuple, siblings: int):
 
 def _texts_of(tokens, lengths, starts) -> tuple:
     """(tokens, lengths, starts) of either form the statistics take: token ids with their lengths and starts,
-    or one typed batch of texts — :class:`Records` or any batch with ``tokens``, ``lengths`` and ``starts``
-    arrays (the lab's ``TextRows``); passing ``lengths`` / ``starts`` beside it would say two things at once."""
-    if not (isinstance(tokens, Records) or all(hasattr(tokens, f) for f in ("tokens", "lengths", "starts"))):
+    or one typed batch of texts — :class:`GenerationRecords` or any batch with ``tokens``, ``lengths`` and
+    ``starts`` arrays (the lab's ``TextRows``); passing ``lengths`` / ``starts`` beside it would say two
+    things at once."""
+    batch = isinstance(tokens, GenerationRecords) or all(hasattr(tokens, f) for f in ("tokens", "lengths", "starts"))
+    if not batch:
         return tokens, lengths, starts
     if lengths is not None or starts is not None:
         raise ValueError("lengths / starts come with the typed batch of texts; pass them only with token ids")
@@ -180,9 +182,9 @@ def gumbel_statistics(tokens, key, *, vocab_size: int, lengths=None, starts=None
     whose statistic is one uniform per token and stream).
 
     Args:
-      tokens: int[B, L] token ids (prompt + text when the prompt is known), or a :class:`Records` batch
-        (:func:`records_from_generation`; its lengths and starts too — the Oracle's ``candidate`` is still
-        passed explicitly, ``candidate=records.candidate``).
+      tokens: int[B, L] token ids (prompt + text when the prompt is known), or a
+        :class:`GenerationRecords` batch (:func:`records_from_generation`; its lengths and starts too — the
+        Oracle's ``candidate`` is still passed explicitly, ``candidate=records.candidate``).
       key: the keys generation used: :class:`wmspec_jax.keys.StreamKeys`
         (from :func:`wmspec_jax.keys.text_keys`), a secret
         (:class:`wmspec_jax.keys.Secret`, bytes/str/int) used directly, or raw
@@ -252,7 +254,7 @@ def synthid_statistics(tokens, key, num_layers: int, *, vocab_size: int, lengths
         the streams generation used (the records' counterpart of the Oracle); needs ``siblings``
         > its maximum, as :func:`gumbel_statistics`.
       sibling_weights: w_c of the search (:func:`check_sibling_weights`; None: the default).
-      Others (``tokens``: ids or a :class:`Records` batch): as :func:`gumbel_statistics`.
+      Others (``tokens``: ids or a :class:`GenerationRecords` batch): as :func:`gumbel_statistics`.
     """
     if isinstance(num_layers, bool) or not isinstance(num_layers, (int, np.integer)) or num_layers < 1:
         raise ValueError(f"number of SynthID layers m must be a positive int, got {num_layers!r}")

@@ -1,5 +1,5 @@
 """The types of per-token detection statistics (:class:`GumbelStats`, :class:`SynthIDStats`) and of
-generation records (:class:`Records`), with the checks of texts, keys, sources and statistics.
+generation records (:class:`GenerationRecords`), with the checks of texts, keys, sources and statistics.
 Public face: :mod:`wmspec_jax.detect.streams`."""
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ class SynthIDStats(NamedTuple):
         return tuple(np.asarray(g, np.float64).mean(-1) - 0.5 for g in (self.g_draft, self.g_target))
 
 
-class Records(NamedTuple):
-    """What detection uses from a ``speculative.GenerationResult`` (host arrays).
+class GenerationRecords(NamedTuple):
+    """A generation's texts with their per-position records, as host arrays: what detection uses from a
+    ``speculative.GenerationResult`` (:func:`records_from_generation`).
 
     Attributes:
       tokens: int32[B, L] prompt + generated tokens, right-padded.
@@ -216,7 +217,7 @@ def check_statistics(stats, kind) -> Any:
     return stats
 
 
-def records_from_generation(result: Any) -> Records:
+def records_from_generation(result: Any) -> GenerationRecords:
     """Host copies of the fields of a ``speculative.GenerationResult`` detection uses.
 
     Checks that every record array matches ``tokens`` in shape (a length
@@ -241,7 +242,7 @@ def records_from_generation(result: Any) -> Records:
     for name, arr in (("lengths", lengths), ("prompt_lengths", starts)):
         if arr.shape != tokens.shape[:1]:
             raise ValueError(f"length mismatch of records: {name} has shape {arr.shape}, expected ({tokens.shape[0]},)")
-    return Records(
+    return GenerationRecords(
         tokens=tokens.astype(np.int32),
         lengths=lengths,
         starts=starts,
@@ -252,5 +253,5 @@ def records_from_generation(result: Any) -> Records:
     )
 
 
-__all__ = ["GumbelStats", "Records", "SynthIDStats", "check_source", "check_statistics", "check_texts",
+__all__ = ["GenerationRecords", "GumbelStats", "SynthIDStats", "check_source", "check_statistics", "check_texts",
            "records_from_generation"]

@@ -22,7 +22,7 @@ class TextRows:
 
     The statistics take it in place of token ids + lengths + starts
     (``detect.gumbel_statistics(rows, rows.keys, vocab_size=V)``), as they take a generation's
-    :class:`wmspec_jax.detect.Records`.
+    :class:`wmspec_jax.detect.GenerationRecords`.
 
     Attributes:
       tokens: int32[N, L] prompt + text, right-padded.
