@@ -38,7 +38,10 @@ from absl import app, flags
 from wmspec_jax import storage
 
 flags.DEFINE_list("tokens", ["1", "2", "3", "4"], "tokens per pass T (1 = a decode step; K + 1 = verification)")
-flags.DEFINE_list("layouts", ["in_out", "out_in"], "weight layouts of the target")
+flags.DEFINE_list("layouts", ["in_out", "out_in_xla", "out_in"],
+                  "weight layouts of the target; out_in_xla: out_in with XLA's dot for every product "
+                  "(TransformerConfig.row_kernel=False), out_in: with the CPU kernel of "
+                  "wmspec_jax.models.rows_matmul where it is built")
 flags.DEFINE_integer("filled", 64, "tokens already in the cache", lower_bound=1)
 flags.DEFINE_integer("capacity", 384, "cache slots", lower_bound=8)
 flags.DEFINE_integer("repeats", 15, "interleaved timing rounds (median)", lower_bound=1)
@@ -66,6 +69,24 @@ def stream_bandwidth(mib: int, repeats: int) -> dict:
     nbytes = x.size * 4
     return {"bytes": nbytes, "gb_per_s_median": nbytes / np.median(seconds) / 1e9,
             "gb_per_s_best": nbytes / np.min(seconds) / 1e9}
+
+
+def stream_bandwidth_threads(mib: int, repeats: int) -> dict:
+    """GB/s of NumPy sums over ``os.cpu_count()`` slices of a ``mib`` MiB float32 array, one thread each
+    (NumPy releases the GIL): what every core together streams, the floor of a multi-threaded pass."""
+    import concurrent.futures
+
+    x = np.ones((mib * 2 ** 18,), np.float32)
+    parts = np.array_split(x, os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(len(parts)) as pool:
+        list(pool.map(np.sum, parts))
+        seconds = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            list(pool.map(np.sum, parts))
+            seconds.append(time.perf_counter() - t0)
+    return {"bytes": x.nbytes, "gb_per_s_median": x.nbytes / np.median(seconds) / 1e9,
+            "gb_per_s_best": x.nbytes / np.min(seconds) / 1e9}
 
 
 def make_pass(model, t: int, compiler_options=None):
@@ -139,8 +160,9 @@ def main(argv):
               for t in token_counts}
     runners, passes, logits = {}, {}, {}
     for layout in FLAGS.layouts:
-        ck = checkpoint.with_weight_layout(layout)
-        model = protocol.make_language_model(ck.config, name=layout)
+        ck = checkpoint.with_weight_layout(layout.removesuffix("_xla"))
+        config = ck.config.replace(row_kernel=not layout.endswith("_xla"))
+        model = protocol.make_language_model(config, name=layout)
         runners[layout] = Runner(model, ck.params, prompt, FLAGS.filled, FLAGS.capacity)
         for t in token_counts:
             passes[layout, t] = make_pass(model, t)
@@ -149,6 +171,7 @@ def main(argv):
     weight_bytes = tree_bytes(checkpoint.params)
     cache_bytes = 2 * config.num_layers * FLAGS.filled * config.num_kv_heads * config.head_dim * 4
     bandwidth = stream_bandwidth(FLAGS.stream_mib, 5)
+    all_cores = stream_bandwidth_threads(FLAGS.stream_mib, 5)
 
     times = {key: [] for key in passes}
     for r in range(FLAGS.repeats):
@@ -158,7 +181,9 @@ def main(argv):
             times[key].append(time.perf_counter() - t0)
         print(f"round {r + 1}/{FLAGS.repeats}", file=sys.stderr, flush=True)
     bandwidth_after = stream_bandwidth(FLAGS.stream_mib, 5)
-    gbps = max(bandwidth["gb_per_s_median"], bandwidth_after["gb_per_s_median"])
+    all_cores_after = stream_bandwidth_threads(FLAGS.stream_mib, 5)
+    gbps = max(bandwidth["gb_per_s_median"], bandwidth_after["gb_per_s_median"],
+               all_cores["gb_per_s_median"], all_cores_after["gb_per_s_median"])
     floor_ms = 1e3 * (weight_bytes + cache_bytes) / (gbps * 1e9)
 
     rows = []
@@ -183,11 +208,12 @@ def main(argv):
           f"median of {FLAGS.repeats} interleaved rounds ({os.cpu_count()} cores, {jax.default_backend()})")
     print(f"floor of a decode step: {(weight_bytes + cache_bytes) / 1e6:.0f} MB "
           f"(weights {weight_bytes / 1e6:.0f} MB + cache {cache_bytes / 1e6:.1f} MB) at {gbps:.1f} GB/s "
-          f"(streaming sum over {FLAGS.stream_mib} MiB; before/after the rounds "
-          f"{bandwidth['gb_per_s_median']:.1f}/{bandwidth_after['gb_per_s_median']:.1f}) = {floor_ms:.2f} ms")
-    print(f"{'layout':8s} {'T':>2s} {'ms':>8s} {'(min-max)':>15s} {'/decode':>8s} {'/floor':>7s} {'logit diff':>10s}")
+          f"(the faster of a jitted sum and {os.cpu_count()} threads' NumPy sums over {FLAGS.stream_mib} MiB; "
+          f"before/after the rounds: jitted {bandwidth['gb_per_s_median']:.1f}/{bandwidth_after['gb_per_s_median']:.1f}, "
+          f"threads {all_cores['gb_per_s_median']:.1f}/{all_cores_after['gb_per_s_median']:.1f}) = {floor_ms:.2f} ms")
+    print(f"{'layout':10s} {'T':>2s} {'ms':>8s} {'(min-max)':>15s} {'/decode':>8s} {'/floor':>7s} {'logit diff':>10s}")
     for row in rows:
-        print(f"{row['layout']:8s} {row['tokens']:2d} {row['ms_median']:8.2f} "
+        print(f"{row['layout']:10s} {row['tokens']:2d} {row['ms_median']:8.2f} "
               f"{'(%.1f-%.1f)' % (row['ms_min'], row['ms_max']):>15s} {row['over_decode_step']:8.2f} "
               f"{row['over_floor']:7.2f} {row['max_logit_difference_vs_first_layout']:10.1e}")
     for name, prof in profiles.items():
@@ -198,7 +224,7 @@ def main(argv):
     storage.atomic_write_json(FLAGS.output, {
         "filled": FLAGS.filled, "capacity": FLAGS.capacity, "repeats": FLAGS.repeats, "cpu_count": os.cpu_count(),
         "backend": jax.default_backend(), "weight_bytes": weight_bytes, "cache_bytes": cache_bytes,
-        "stream_bandwidth": [bandwidth, bandwidth_after], "floor_ms": floor_ms, "rows": rows,
+        "stream_bandwidth": [bandwidth, bandwidth_after], "stream_bandwidth_all_cores": [all_cores, all_cores_after], "floor_ms": floor_ms, "rows": rows,
         "profiles": profiles, "seconds": {f"{k[0]} T={k[1]}": v for k, v in times.items()}})
     print(f"wrote {FLAGS.output}")
     return 0

@@ -62,7 +62,9 @@ class TransformerConfig:
     ``max_position_embeddings`` (``None``: unlimited) bounds the KV cache.
     ``weight_layout`` (one of :data:`WEIGHT_LAYOUTS`) says how the params store their matrices:
     the same model in either layout gives the same logits up to float rounding
-    (:func:`wmspec_jax.models.transformer.to_weight_layout` converts).
+    (:func:`wmspec_jax.models.transformer.to_weight_layout` converts). ``row_kernel``: in ``out_in``,
+    float32 products with at most :data:`wmspec_jax.models.rows_matmul.MAX_ROWS` rows run on the CPU
+    kernel of :mod:`wmspec_jax.models.rows_matmul` where it is built (False: XLA's dot for all).
     """
 
     family: str
@@ -89,6 +91,7 @@ class TransformerConfig:
     query_pre_attn_scalar: float | None = None
     sandwich_norms: bool = False
     weight_layout: str = "in_out"
+    row_kernel: bool = True
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -96,6 +99,8 @@ class TransformerConfig:
                 f"unknown family {self.family!r}; supported: {FAMILIES}")
         if self.weight_layout not in WEIGHT_LAYOUTS:
             raise ValueError(f"weight_layout must be one of {WEIGHT_LAYOUTS}, got {self.weight_layout!r}")
+        if not isinstance(self.row_kernel, bool):
+            raise ValueError(f"row_kernel must be a bool, got {self.row_kernel!r}")
         for name in ("vocab_size", "hidden_size", "intermediate_size",
                      "num_layers", "num_heads", "num_kv_heads", "head_dim"):
             if int(getattr(self, name)) <= 0:

@@ -1,0 +1,145 @@
+// Products of a few activation rows with a weight matrix stored [out, in], for XLA:CPU (an XLA FFI
+// custom call; wmspec_jax/models/rows_matmul.py builds, loads and documents it).
+//
+// Why: XLA:CPU computes y = x w^T with one thread, and for 2-8 rows of x (a verification pass, a
+// small batch) its library kernels read the weights at about half the speed of the one-row product.
+// Here each weight row is read from memory once for all rows of x, and the output rows are split
+// over XLA's intra-op thread pool.
+//
+// Every output element is the same sum in the same order whatever the number of rows, the row
+// group it falls in or the thread that computes it: eight lanes accumulate in = 0, 8, 16, ...
+// (fused multiply-adds), the lanes are added pairwise, then the tail in order. A row's result is
+// therefore bit for bit the same in a one-token decode step and in a K + 1-token verification pass.
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+
+#include "xla/ffi/api/ffi.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#else
+#error "rows_matmul needs AVX2 and FMA (the Python side falls back to XLA's products without them)"
+#endif
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t kTile = 8;                  // weight rows kept in L1 while every row group passes
+constexpr int64_t kParallelBytes = 1 << 18;   // smaller matrices run on the calling thread alone
+constexpr int64_t kChunksPerThread = 4;
+
+inline float LaneSum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);               // lanes (0+4) (1+5) (2+6) (3+7)
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));      // (0+4)+(2+6), (1+5)+(3+7)
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// OB weight rows [o, o + OB) against M rows of x: OB * M independent accumulators.
+template <int M, int OB>
+inline void Block(const float* __restrict w, const float* __restrict x, float* __restrict y, int64_t in,
+                  int64_t out, int64_t o) {
+  __m256 acc[OB][M];
+#pragma GCC unroll 16
+  for (int b = 0; b < OB; ++b)
+#pragma GCC unroll 16
+    for (int m = 0; m < M; ++m) acc[b][m] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= in; i += 8) {
+#pragma GCC unroll 16
+    for (int b = 0; b < OB; ++b) {
+      __m256 wv = _mm256_loadu_ps(w + (o + b) * in + i);
+#pragma GCC unroll 16
+      for (int m = 0; m < M; ++m) acc[b][m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * in + i), acc[b][m]);
+    }
+  }
+  for (int b = 0; b < OB; ++b) {
+    for (int m = 0; m < M; ++m) {
+      float t = LaneSum(acc[b][m]);
+      for (int64_t j = i; j < in; ++j) t = std::fma(w[(o + b) * in + j], x[m * in + j], t);
+      y[m * out + o + b] = t;
+    }
+  }
+}
+
+// Weight rows [o0, o1) (at most kTile) against M rows of x. The blocking keeps 8 accumulators
+// (4 at M = 4, where 8 measured slower).
+template <int M>
+inline void Rows(const float* w, const float* x, float* y, int64_t in, int64_t out, int64_t o0, int64_t o1) {
+  constexpr int OB = M == 1 ? 8 : M == 2 ? 4 : M == 3 ? 2 : 1;
+  int64_t o = o0;
+  for (; o + OB <= o1; o += OB) Block<M, OB>(w, x, y, in, out, o);
+  for (; o < o1; ++o) Block<M, 1>(w, x, y, in, out, o);
+}
+
+void Range(const float* w, const float* x, float* y, int64_t rows, int64_t in, int64_t out, int64_t o0,
+           int64_t o1) {
+  for (int64_t t0 = o0; t0 < o1; t0 += kTile) {
+    int64_t t1 = t0 + kTile < o1 ? t0 + kTile : o1;
+    for (int64_t r = 0; r < rows; r += 4) {
+      const float* xr = x + r * in;
+      float* yr = y + r * out;
+      switch (rows - r < 4 ? rows - r : 4) {
+        case 1: Rows<1>(w, xr, yr, in, out, t0, t1); break;
+        case 2: Rows<2>(w, xr, yr, in, out, t0, t1); break;
+        case 3: Rows<3>(w, xr, yr, in, out, t0, t1); break;
+        default: Rows<4>(w, xr, yr, in, out, t0, t1); break;
+      }
+    }
+  }
+}
+
+// Chunks of output rows are claimed from a counter by the calling thread and by the tasks given to
+// the pool; a task that starts late finds none left. The caller never waits for a chunk nobody has
+// claimed, so a busy or one-thread pool cannot stall it.
+struct Work {
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> done{0};
+};
+
+ffi::Error RowsMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
+                      ffi::ResultBuffer<ffi::F32> y) {
+  auto xd = x.dimensions();
+  auto wd = w.dimensions();
+  if (xd.size() != 2 || wd.size() != 2 || xd[1] != wd[1]) {
+    return ffi::Error::InvalidArgument("rows_matmul: x must be [rows, in] and w [out, in]");
+  }
+  const int64_t rows = xd[0], in = xd[1], out = wd[0];
+  const float* xp = x.typed_data();
+  const float* wp = w.typed_data();
+  float* yp = y->typed_data();
+  const int64_t threads = pool.num_threads();
+  if (threads <= 1 || out * in * 4 < kParallelBytes || out < 2 * kTile) {
+    Range(wp, xp, yp, rows, in, out, 0, out);
+    return ffi::Error::Success();
+  }
+  int64_t chunks = threads * kChunksPerThread;
+  const int64_t per = ((out + chunks - 1) / chunks + kTile - 1) / kTile * kTile;
+  chunks = (out + per - 1) / per;
+  auto work = std::make_shared<Work>();
+  auto run = [=]() {
+    int64_t c;
+    while ((c = work->next.fetch_add(1, std::memory_order_relaxed)) < chunks) {
+      const int64_t o0 = c * per, o1 = o0 + per < out ? o0 + per : out;
+      Range(wp, xp, yp, rows, in, out, o0, o1);
+      work->done.fetch_add(1, std::memory_order_release);
+    }
+  };
+  for (int64_t t = 1; t < threads && t < chunks; ++t) pool.Schedule([run]() { run(); });
+  run();
+  while (work->done.load(std::memory_order_acquire) < chunks) _mm_pause();
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(WmspecRowsMatmul, RowsMatmul,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>());
