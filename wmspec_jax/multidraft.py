@@ -107,14 +107,6 @@ def parse_shape(text: str) -> dict:
     return {**out, "distinct_drafts": True} if distinct else out
 
 
-def max_siblings(shape: dict, lookahead: int) -> int:
-    """The most children of a node of a draft shape (:func:`parse_shape` keywords; 1 for one chain):
-    the sibling streams detection searches (``gumbel_statistics(siblings=...)``)."""
-    if "draft_tree" in shape:
-        return max(shape["draft_tree"])
-    return shape.get("num_drafts", 1) if lookahead > 0 else 1
-
-
 def num_paths(branching: tuple) -> int:
     return math.prod(branching)
 
@@ -565,6 +557,6 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
 
 
 __all__ = ["MAX_PATHS", "REMAINING_MASS_EPS", "TreeDrafts", "TreeVerified", "Walk", "check_branching", "draft_tree",
-           "draw_children", "initial_state", "keep_path", "max_siblings", "num_paths", "parent_path", "parse_shape",
+           "draw_children", "initial_state", "keep_path", "num_paths", "parent_path", "parse_shape",
            "resample", "sibling_index", "sibling_uniforms", "step", "strides", "tree_layout", "verify_tree", "walk",
            "walk_node", "without_tokens"]

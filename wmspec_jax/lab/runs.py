@@ -49,7 +49,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import batching, decoders, keys, multidraft, prf, sampling, sharding, speculative, storage
+from wmspec_jax import batching, decoders, keys, prf, sampling, sharding, storage
+from wmspec_jax import setting as setting_lib
 from wmspec_jax import text_record
 from wmspec_jax.lm import LanguageModel
 from wmspec_jax.storage import JsonlStore, Progress
@@ -59,9 +60,9 @@ DECODER_KINDS = decoders.DECODER_NAMES
 
 @dataclasses.dataclass(frozen=True)
 class RunSpec:
-    """One generation setting.
+    """One generation setting of an experiment: a name and a :class:`wmspec_jax.setting.Setting`.
 
-    Attributes:
+    Attributes (the experiments' spelling of the setting):
       method: a :data:`wmspec_jax.speculative.METHODS` name (``basic``,
         ``standard``, ``pseudorandom`` = Alg. 1, ...).
       decoder: a :data:`wmspec_jax.decoders.DECODER_NAMES` name (the paper's experiments use
@@ -72,6 +73,7 @@ class RunSpec:
       drafts: the draft shape (:func:`wmspec_jax.multidraft.parse_shape`): ``"1"`` one
         chain (the paper's), ``"n"`` n chains, ``"3x2x1"`` a static tree (its depth is
         K); a trailing ``"d"`` draws siblings without replacement.
+      setting: the :class:`~wmspec_jax.setting.Setting` these spell (built and checked once).
     """
 
     method: str
@@ -80,14 +82,17 @@ class RunSpec:
     temperature: float
     num_layers: int = 30
     drafts: str = "1"
+    setting: setting_lib.Setting = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.decoder not in DECODER_KINDS:
             raise ValueError(f"decoder must be one of {DECODER_KINDS}, got {self.decoder!r}")
         if not isinstance(self.drafts, str):
             raise ValueError(f"drafts must be a draft shape like '1', '3' or '3x2x1d', got {self.drafts!r}")
-        self.config(1)  # validates method / K / temperature
-        spec = speculative.METHODS[self.method]
+        object.__setattr__(self, "setting", setting_lib.Setting.from_shape(  # validates method / K / temperature
+            self.method, decoders.WatermarkDecoder.from_name(self.decoder, self.num_layers), self.lookahead,
+            self.drafts, temperature=self.temperature))
+        spec = self.setting.spec
         if self.temperature == 0 and (spec.watermark_target or spec.watermark_draft):
             warnings.warn(f"run {self.name}: at temperature 0 every distribution is one-hot, so no watermark is "
                           "embedded (greedy decoding); its texts are not detectable", stacklevel=2)
@@ -101,18 +106,18 @@ class RunSpec:
     def siblings(self) -> int:
         """The most children of a node of the draft tree (1 for one chain): the sibling streams detection
         searches."""
-        return multidraft.max_siblings(multidraft.parse_shape(self.drafts), self.lookahead)
+        return self.setting.siblings
 
     @property
     def watermark_decoder(self) -> decoders.WatermarkDecoder:
-        return decoders.WatermarkDecoder.from_name(self.decoder, self.num_layers)
+        return self.setting.decoder
 
     def config(self, max_new_tokens: int, eos_id: Optional[int] = None, pad_id: int = 0,
                top_k: Optional[int] = None, context_width: int = prf.DEFAULT_CONTEXT_WIDTH):
-        return speculative.SpeculativeConfig.from_setting(
-            self.method, self.watermark_decoder, self.lookahead, drafts=self.drafts,
-            max_new_tokens=max_new_tokens, temperature=self.temperature, top_k=top_k,
-            context_width=context_width, eos_id=eos_id, pad_id=pad_id)
+        """The loop's :class:`~wmspec_jax.speculative.SpeculativeConfig` of this run with the experiment's
+        budget, stop id, top-k and h."""
+        setting = dataclasses.replace(self.setting, top_k=top_k, context_width=context_width)
+        return setting.config(max_new_tokens, eos_id, pad_id)
 
 
 @functools.partial(jax.jit, static_argnames=("target",))
