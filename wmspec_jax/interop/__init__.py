@@ -7,12 +7,12 @@ Kirchenbauer et al. logits processors), :mod:`.engine_gumbel` (vLLM's ``gumbel``
 ``dual_key_gumbel`` watermarks, Philox4x32-10 keyed). TensorRT-LLM publishes no watermark to
 interoperate with.
 
-Each of the three is the public face of smaller modules, one part each: ``hf_synthid_config`` (settings,
-sampling table), ``hf_synthid_hash`` (NumPy), ``hf_synthid_jax``, ``hf_synthid_detect``; ``hf_kgw_config``,
-``hf_kgw_mt19937`` (torch's generator and ``randperm``), ``hf_kgw_seeding``, ``hf_kgw_greenlist`` (NumPy
-green lists and processor), ``hf_kgw_jax``, ``hf_kgw_detect``; ``engine_gumbel_config`` (settings, keys),
-``engine_gumbel_prf`` (Philox in NumPy), ``engine_gumbel_jax``, ``engine_gumbel_detect``. Import from the
-public modules.
+Each of the three is a package whose ``__init__`` is the public face, its names imported on first use
+(reading an engine's configuration does not start JAX), over private modules of one part each:
+``_config`` (settings; SynthID's sampling table; vLLM's keys), ``_detect`` (scoring and p-values),
+``_jax`` (the PRF or processor in JAX), and in NumPy ``hf_synthid._hash``, ``engine_gumbel._prf`` and
+``hf_kgw._mt19937`` (torch's generator and ``randperm``), ``hf_kgw._seeding``, ``hf_kgw._greenlist``
+(green lists, the processor). Import from the packages.
 """
 
 

@@ -83,14 +83,14 @@ class ForeignScheme:
         for row, t in enumerate(texts):
             ids[row, : len(t)] = t
         if self.engine == "vllm":
-            from wmspec_jax.interop.engine_gumbel_detect import score_batch
+            from wmspec_jax.interop.engine_gumbel._detect import score_batch
 
             out = score_batch(self.config, ids, lengths)
             return ForeignScores(out.score, out.n, out.log_p_value)
         valid = np.arange(ids.shape[1])[None, :] < lengths[:, None]
         if self.engine == "transformers-kgw":
             from wmspec_jax.detect.kgw import binomial_log_sf
-            from wmspec_jax.interop.hf_kgw_detect import score as kgw_score
+            from wmspec_jax.interop.hf_kgw._detect import score as kgw_score
 
             scores = np.full(len(texts), np.nan)
             n = np.zeros(len(texts), np.int64)
@@ -102,7 +102,7 @@ class ForeignScheme:
                 scores[ok], n[ok] = out.z, out.n
                 log_p[ok] = binomial_log_sf(out.green, out.n, k / vocab_size)
             return ForeignScores(scores, n, log_p)
-        from wmspec_jax.interop.hf_synthid_detect import score as synthid_score
+        from wmspec_jax.interop.hf_synthid._detect import score as synthid_score
 
         scores = np.full(len(texts), np.nan)
         n = np.zeros(len(texts), np.int64)
@@ -143,14 +143,14 @@ def from_dict(data: Mapping[str, Any]) -> ForeignScheme:
     if not isinstance(config, Mapping):
         raise ValueError("'config' must be a JSON object")
     if engine == "vllm":
-        from wmspec_jax.interop.engine_gumbel_config import config_from_dict
+        from wmspec_jax.interop.engine_gumbel._config import config_from_dict
 
         return ForeignScheme(engine, config_from_dict(dict(config)))
     if engine == "transformers-kgw":
-        from wmspec_jax.interop.hf_kgw_config import HFKGWConfig
+        from wmspec_jax.interop.hf_kgw._config import HFKGWConfig
 
         return ForeignScheme(engine, HFKGWConfig.from_dict(dict(config)))
-    from wmspec_jax.interop.hf_synthid_config import HFSynthIDConfig
+    from wmspec_jax.interop.hf_synthid._config import HFSynthIDConfig
 
     return ForeignScheme(engine, HFSynthIDConfig.from_dict(dict(config)))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wmspec_jax.interop.engine_gumbel_config import _MASK
-from wmspec_jax.interop.engine_gumbel_prf import _CONTEXT_DOMAIN, _M0, _M1, _TOKEN_DOMAIN, _W0, _W1, _check_vocab
+from wmspec_jax.interop.engine_gumbel._config import _MASK
+from wmspec_jax.interop.engine_gumbel._prf import _CONTEXT_DOMAIN, _M0, _M1, _TOKEN_DOMAIN, _W0, _W1, _check_vocab
 
 
 def _jax_philox(c0, c1, c2, c3, k0, k1):

@@ -9,8 +9,8 @@ from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
-from wmspec_jax.interop.engine_gumbel_config import _MASK, EngineConfig, VllmDualKeyGumbelConfig, VllmGumbelConfig
-from wmspec_jax.interop.engine_gumbel_prf import uniforms
+from wmspec_jax.interop.engine_gumbel._config import _MASK, EngineConfig, VllmDualKeyGumbelConfig, VllmGumbelConfig
+from wmspec_jax.interop.engine_gumbel._prf import uniforms
 
 _DEDUP = ("context", "ngram", "none")
 

@@ -7,9 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax.interop.hf_kgw_config import HFKGWConfig, _check_config, _check_vocab, _k
-from wmspec_jax.interop.hf_kgw_mt19937 import _fy_green_set_jax, _mt_draws_jax
-from wmspec_jax.interop.hf_kgw_seeding import _key_words, _lefthash_seed32
+from wmspec_jax.interop.hf_kgw._config import HFKGWConfig, _check_config, _check_vocab, _k
+from wmspec_jax.interop.hf_kgw._mt19937 import _fy_green_set_jax, _mt_draws_jax
+from wmspec_jax.interop.hf_kgw._seeding import _key_words, _lefthash_seed32
 from wmspec_jax.validation import concrete
 
 

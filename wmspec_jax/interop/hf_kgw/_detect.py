@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from wmspec_jax.interop.hf_kgw_config import DEDUP_RULES, HFKGWConfig, _check_config, _check_vocab, _k
-from wmspec_jax.interop.hf_kgw_greenlist import _green_of, _positions
+from wmspec_jax.interop.hf_kgw._config import DEDUP_RULES, HFKGWConfig, _check_config, _check_vocab, _k
+from wmspec_jax.interop.hf_kgw._greenlist import _green_of, _positions
 
 
 class KGWScore(NamedTuple):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from wmspec_jax.interop.engine_gumbel_config import _MASK, _U, EngineConfig, VllmDualKeyGumbelConfig, _check_key
+from wmspec_jax.interop.engine_gumbel._config import _MASK, _U, EngineConfig, VllmDualKeyGumbelConfig, _check_key
 
 _M0 = 0xD2511F53
 _M1 = 0xCD9E8D57

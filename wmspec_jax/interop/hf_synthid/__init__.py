@@ -52,23 +52,43 @@ Public functions: :class:`HFSynthIDConfig`, :func:`sampling_table`, :func:`accum
 :func:`watermarked_log_probs`, :class:`SynthIDState`, :func:`init_state`, :func:`process_scores`
 (JAX, jit-able); :func:`score`, :func:`null_distribution`, :func:`weighted_mean_score` (detection).
 
-Layout: this module is the public face; the code lives in :mod:`.hf_synthid_config` (the config, the
-sampling table), :mod:`.hf_synthid_hash` (NumPy), :mod:`.hf_synthid_jax` (JAX) and
-:mod:`.hf_synthid_detect` (detection and the null law).
+Layout: this package is the public face (its names are imported on first use, so a configuration can be
+read without starting JAX); the code lives in its private modules :mod:`._config` (the config, the
+sampling table), :mod:`._hash` (NumPy), :mod:`._jax` (JAX) and :mod:`._detect` (detection and the null
+law).
 """
 
-from wmspec_jax.interop.hf_synthid_config import (INCREMENT, MAX_TABLE_SIZE, MULTIPLIER,  # noqa: F401
-                                                  HFSynthIDConfig, sampling_table)
-from wmspec_jax.interop.hf_synthid_detect import (SynthIDScores, _sum_tail, null_distribution,  # noqa: F401
-                                                  score, weighted_mean_score)
-from wmspec_jax.interop.hf_synthid_hash import (accumulate_hash, context_repetition_mask, eos_token_mask,
-                                                g_values, ngram_keys, sample_g_values)
-from wmspec_jax.interop.hf_synthid_jax import (SynthIDState, init_state, process_scores, update_scores,
-                                               vocab_g_values, watermarked_log_probs)
+from wmspec_jax._lazy import attach
 
+_NAMES = {
+    "HFSynthIDConfig": "_config",
+    "INCREMENT": "_config",
+    "MAX_TABLE_SIZE": "_config",
+    "MULTIPLIER": "_config",
+    "sampling_table": "_config",
+    "SynthIDScores": "_detect",
+    "_sum_tail": "_detect",
+    "null_distribution": "_detect",
+    "score": "_detect",
+    "weighted_mean_score": "_detect",
+    "accumulate_hash": "_hash",
+    "context_repetition_mask": "_hash",
+    "eos_token_mask": "_hash",
+    "g_values": "_hash",
+    "ngram_keys": "_hash",
+    "sample_g_values": "_hash",
+    "SynthIDState": "_jax",
+    "init_state": "_jax",
+    "process_scores": "_jax",
+    "update_scores": "_jax",
+    "vocab_g_values": "_jax",
+    "watermarked_log_probs": "_jax",
+}
+
+__getattr__, __dir__, _ = attach(__name__, (), _NAMES)
 __all__ = [
-    "HFSynthIDConfig", "sampling_table", "accumulate_hash", "ngram_keys", "sample_g_values", "g_values",
-    "context_repetition_mask", "eos_token_mask", "vocab_g_values", "update_scores", "watermarked_log_probs",
-    "SynthIDState", "init_state", "process_scores", "SynthIDScores", "score", "null_distribution",
-    "weighted_mean_score",
+    "HFSynthIDConfig", "sampling_table", "accumulate_hash", "ngram_keys", "sample_g_values",
+    "g_values", "context_repetition_mask", "eos_token_mask", "vocab_g_values", "update_scores",
+    "watermarked_log_probs", "SynthIDState", "init_state", "process_scores", "SynthIDScores",
+    "score", "null_distribution", "weighted_mean_score",
 ]

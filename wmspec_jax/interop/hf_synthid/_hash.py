@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from wmspec_jax.interop.hf_synthid_config import (_MASK64, _U64, INCREMENT, MULTIPLIER, HFSynthIDConfig,
+from wmspec_jax.interop.hf_synthid._config import (_MASK64, _U64, INCREMENT, MULTIPLIER, HFSynthIDConfig,
                                                   _check_config, _is_int, _table)
 
 

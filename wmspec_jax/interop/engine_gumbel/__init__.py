@@ -64,26 +64,51 @@ Configuration: vLLM's ``--watermark-config`` JSON (``WatermarkConfig``), e.g.
 "deduplicate_contexts": "single_turn", "deduplicate_contexts_max_history": 8192,
 "prf": "philox", "allow_target_only_watermarking": false}``; read with :func:`config_from_dict`.
 
-Layout: this module is the public face; the code lives in :mod:`.engine_gumbel_config` (configuration,
-keys), :mod:`.engine_gumbel_prf` (the PRF and sampling in NumPy), :mod:`.engine_gumbel_jax` (the PRF in
-JAX) and :mod:`.engine_gumbel_detect` (scoring and p-values).
+Layout: this package is the public face (its names are imported on first use, so a configuration can be
+read without starting JAX); the code lives in its private modules :mod:`._config` (configuration, keys),
+:mod:`._prf` (the PRF and sampling in NumPy), :mod:`._jax` (the PRF in JAX) and :mod:`._detect` (scoring
+and p-values).
 """
 
-from wmspec_jax.interop.engine_gumbel_config import (PRF_VERSION, EngineConfig,  # noqa: F401
-                                                     VllmDualKeyGumbelConfig, VllmGumbelConfig, config_from_dict,
-                                                     derive_watermark_key, key_words)
-from wmspec_jax.interop.engine_gumbel_detect import (BatchScores, ScoreResult, contexts_of, dual_key_log_sf,
-                                                     engine_p_value, gamma_log_sf, log_p_value, score, score_batch,
-                                                     scored_positions, token_scores)
-from wmspec_jax.interop.engine_gumbel_jax import gumbel_argmax_jax, vocab_uniforms_jax
-from wmspec_jax.interop.engine_gumbel_prf import (context_states, gumbel_argmax, gumbel_noise, philox_words,
-                                                  sample_tokens, to_uniform, uniforms, vocab_uniforms)
+from wmspec_jax._lazy import attach
 
+_NAMES = {
+    "EngineConfig": "_config",
+    "PRF_VERSION": "_config",
+    "VllmDualKeyGumbelConfig": "_config",
+    "VllmGumbelConfig": "_config",
+    "config_from_dict": "_config",
+    "derive_watermark_key": "_config",
+    "key_words": "_config",
+    "BatchScores": "_detect",
+    "ScoreResult": "_detect",
+    "contexts_of": "_detect",
+    "dual_key_log_sf": "_detect",
+    "engine_p_value": "_detect",
+    "gamma_log_sf": "_detect",
+    "log_p_value": "_detect",
+    "score": "_detect",
+    "score_batch": "_detect",
+    "scored_positions": "_detect",
+    "token_scores": "_detect",
+    "gumbel_argmax_jax": "_jax",
+    "vocab_uniforms_jax": "_jax",
+    "context_states": "_prf",
+    "gumbel_argmax": "_prf",
+    "gumbel_noise": "_prf",
+    "philox_words": "_prf",
+    "sample_tokens": "_prf",
+    "to_uniform": "_prf",
+    "uniforms": "_prf",
+    "vocab_uniforms": "_prf",
+}
+
+__getattr__, __dir__, _ = attach(__name__, (), _NAMES)
 __all__ = [
     "PRF_VERSION", "VllmGumbelConfig", "VllmDualKeyGumbelConfig", "config_from_dict",
-    "derive_watermark_key", "key_words", "context_states", "philox_words", "to_uniform",
-    "uniforms", "vocab_uniforms", "gumbel_noise", "gumbel_argmax", "sample_tokens",
-    "vocab_uniforms_jax", "gumbel_argmax_jax", "contexts_of", "scored_positions",
-    "token_scores", "ScoreResult", "BatchScores", "score", "score_batch", "log_p_value", "engine_p_value",
-    "gamma_log_sf", "dual_key_log_sf",
+    "derive_watermark_key", "key_words", "context_states", "philox_words", "to_uniform", "uniforms",
+    "vocab_uniforms", "gumbel_noise", "gumbel_argmax", "sample_tokens", "vocab_uniforms_jax",
+    "gumbel_argmax_jax", "contexts_of", "scored_positions", "token_scores", "ScoreResult",
+    "BatchScores", "score", "score_batch", "log_p_value", "engine_p_value", "gamma_log_sf",
+    "dual_key_log_sf",
 ]

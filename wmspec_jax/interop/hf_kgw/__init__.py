@@ -65,21 +65,41 @@ green mask over the whole vocabulary needs one seed (k draws) per candidate toke
 row (2.6e8 at V = 32000); transformers itself only tests 40 candidates. selfhash is provided in
 NumPy (:func:`greenlist`, :func:`is_green`, :func:`processor_call`, :func:`score`).
 
-Layout: this module is the public face; the code lives in :mod:`.hf_kgw_config` (the config, input
-checks), :mod:`.hf_kgw_mt19937` (mt19937, Fisher-Yates), :mod:`.hf_kgw_seeding` (seeds),
-:mod:`.hf_kgw_greenlist` (NumPy green lists, the processor), :mod:`.hf_kgw_jax` (JAX, lefthash) and
-:mod:`.hf_kgw_detect` (detection).
+Layout: this package is the public face (its names are imported on first use, so a configuration can be
+read without starting JAX); the code lives in its private modules :mod:`._config` (the config, input
+checks), :mod:`._mt19937` (mt19937, Fisher-Yates), :mod:`._seeding` (seeds), :mod:`._greenlist` (NumPy
+green lists, the processor), :mod:`._jax` (JAX, lefthash) and :mod:`._detect` (detection).
 """
 
-from wmspec_jax.interop.hf_kgw_config import (DEDUP_RULES, SELFHASH_CANDIDATES, TABLE_SIZE,  # noqa: F401
-                                              DEFAULT_HASHING_KEY, SCHEMES, HFKGWConfig)
-from wmspec_jax.interop.hf_kgw_detect import KGWScore, score
-from wmspec_jax.interop.hf_kgw_greenlist import greenlist, is_green, processor_call
-from wmspec_jax.interop.hf_kgw_jax import _key_array, biased_logits, green_mask  # noqa: F401
-from wmspec_jax.interop.hf_kgw_mt19937 import (_fy_green_set_jax, _fy_prefix_np, _swap_targets_np,  # noqa: F401
-                                               _track_green, mt19937, randperm)
-from wmspec_jax.interop.hf_kgw_seeding import _fixed_table_prefix, _lefthash_seed32, mt_seeds  # noqa: F401
+from wmspec_jax._lazy import attach
 
+_NAMES = {
+    "DEDUP_RULES": "_config",
+    "DEFAULT_HASHING_KEY": "_config",
+    "HFKGWConfig": "_config",
+    "SCHEMES": "_config",
+    "SELFHASH_CANDIDATES": "_config",
+    "TABLE_SIZE": "_config",
+    "KGWScore": "_detect",
+    "score": "_detect",
+    "greenlist": "_greenlist",
+    "is_green": "_greenlist",
+    "processor_call": "_greenlist",
+    "_key_array": "_jax",
+    "biased_logits": "_jax",
+    "green_mask": "_jax",
+    "_fy_green_set_jax": "_mt19937",
+    "_fy_prefix_np": "_mt19937",
+    "_swap_targets_np": "_mt19937",
+    "_track_green": "_mt19937",
+    "mt19937": "_mt19937",
+    "randperm": "_mt19937",
+    "_fixed_table_prefix": "_seeding",
+    "_lefthash_seed32": "_seeding",
+    "mt_seeds": "_seeding",
+}
+
+__getattr__, __dir__, _ = attach(__name__, (), _NAMES)
 __all__ = [
     "DEDUP_RULES", "HFKGWConfig", "KGWScore", "SELFHASH_CANDIDATES", "TABLE_SIZE", "biased_logits",
     "green_mask", "greenlist", "is_green", "mt19937", "mt_seeds", "processor_call", "randperm",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from wmspec_jax.interop.hf_kgw_config import _M64, TABLE_SIZE, HFKGWConfig, _check_config
-from wmspec_jax.interop.hf_kgw_mt19937 import _U, _fy_prefix_np, _swap_targets_np
+from wmspec_jax.interop.hf_kgw._config import _M64, TABLE_SIZE, HFKGWConfig, _check_config
+from wmspec_jax.interop.hf_kgw._mt19937 import _U, _fy_prefix_np, _swap_targets_np
 
 
 def _mul32_wide(a, b):

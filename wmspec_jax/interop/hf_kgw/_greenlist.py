@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from wmspec_jax.interop.hf_kgw_config import (_CHUNK, SELFHASH_CANDIDATES, HFKGWConfig, _check_config,
+from wmspec_jax.interop.hf_kgw._config import (_CHUNK, SELFHASH_CANDIDATES, HFKGWConfig, _check_config,
                                               _check_tokens, _check_vocab, _k)
-from wmspec_jax.interop.hf_kgw_mt19937 import _fy_prefix_np, _swap_targets_np, _track_green
-from wmspec_jax.interop.hf_kgw_seeding import _selfhash_seed32, mt_seeds
+from wmspec_jax.interop.hf_kgw._mt19937 import _fy_prefix_np, _swap_targets_np, _track_green
+from wmspec_jax.interop.hf_kgw._seeding import _selfhash_seed32, mt_seeds
 
 
 def _green_rows(seeds32: np.ndarray, vocab_size: int, k: int) -> np.ndarray:

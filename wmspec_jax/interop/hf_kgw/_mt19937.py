@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from wmspec_jax.interop.hf_kgw_config import _CHUNK, _INT64_MIN, _M64, _is_int
+from wmspec_jax.interop.hf_kgw._config import _CHUNK, _INT64_MIN, _M64, _is_int
 
 _MT_N = 624
 _U = np.uint32

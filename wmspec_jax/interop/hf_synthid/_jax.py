@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import validation
-from wmspec_jax.interop.hf_synthid_config import (_MASK64, INCREMENT, MULTIPLIER, HFSynthIDConfig, _check_config,
+from wmspec_jax.interop.hf_synthid._config import (_MASK64, INCREMENT, MULTIPLIER, HFSynthIDConfig, _check_config,
                                                   _check_int, _table)
 
 

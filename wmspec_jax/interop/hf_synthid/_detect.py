@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from wmspec_jax.interop.hf_synthid_config import _U64, HFSynthIDConfig, _check_config, _table
-from wmspec_jax.interop.hf_synthid_hash import (_check_ids, _context_hashes, _eos_ids, _first_in_window, _keyed,
+from wmspec_jax.interop.hf_synthid._config import _U64, HFSynthIDConfig, _check_config, _table
+from wmspec_jax.interop.hf_synthid._hash import (_check_ids, _context_hashes, _eos_ids, _first_in_window, _keyed,
                                                 _lcg, _lookup, _ngram_hashes)
 
 
