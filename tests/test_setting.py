@@ -126,3 +126,14 @@ def test_its_provenance_names_the_statistics_detection_recomputes():
     mixed = Setting(method="hu", decoder=decoders.make("inverse_transform"), draft_decoder=GUMBEL).provenance()
     assert (mixed.decoder, mixed.draft_decoder) == ("inverse_transform", "gumbel")
     assert SETTINGS["key sequence"].provenance().key_sequence == 256
+
+
+def test_an_experiment_run_is_a_name_and_a_setting():
+    import dataclasses
+
+    from wmspec_jax.lab import runs
+
+    run = runs.RunSpec("pseudorandom", "synthid", 3, 0.7, 20, drafts="3x2x1d")
+    assert run.setting == Setting.from_shape("pseudorandom", SYNTHID, 3, "3x2x1d", temperature=0.7)
+    assert run.config(8, eos_id=2, top_k=5) == dataclasses.replace(run.setting, top_k=5).config(8, 2)
+    assert (run.siblings, run.watermark_decoder, run.name) == (3, SYNTHID, "pseudorandom-synthid20-K3-T0.7-D3x2x1d")

@@ -104,6 +104,7 @@ class Setting:
     def _check_setting(self) -> None:
         """The cross-field rules: normalises the fields in place (frozen: through ``object.__setattr__``)."""
         from wmspec_jax import decoders, key_sequence
+
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {sorted(METHODS)}, got {self.method!r}")
         spec = METHODS[self.method]

@@ -53,8 +53,10 @@ With ``--output`` each batch is appended (fsynced) as it finishes; rerunning
 with the same ``--run`` resumes (the settings must match; lines that cannot be
 read or lack a run / index are skipped with a report and stay in the file);
 the file is locked against a second writer and may not be one of the inputs.
-Sizes are checked before any model loads (K at most ``--max_new_tokens`` and
-32, a finite temperature, text indices below 2^32, at most
+The flags become one generation setting (:class:`wmspec_jax.setting.Setting`,
+whose record is the settings part of each line) before any model loads; its
+rules and the sizes are checked then (K at most ``--max_new_tokens`` and 32, a
+finite temperature, text indices below 2^32, at most
 :data:`wmspec_jax.multidraft.MAX_PATHS` = 64 draft paths from ``--num_drafts`` or
 ``--draft_tree``), each message naming the flag given. Progress goes to stderr.
 """
@@ -80,32 +82,33 @@ from wmspec_jax.textnorm import normalize_text
 
 PROG = "wmspec-generate"
 KEY_MODES = ("deployment", "per_text")
-MAX_INDEX = 2 ** 32  # text indices key the true randomness as uint32 (sampling.text_rngs)
+RNG_INDEX_LIMIT = 2 ** 32  # text indices stay below it: they key the true randomness as uint32 (sampling.text_rngs)
 PER_TEXT_FIELDS = ("watermarked", "not_watermarked_because")  # also decided by the text, not the settings alone
 
 
 def define_flags(fv: flags.FlagValues) -> None:
     from wmspec_jax.methods import METHODS
+    from wmspec_jax.setting import DEFAULTS  # the generation setting's defaults are the flags'
 
     cli_flags.define_input_flags(fv, what="prompt", text_format="one prompt per non-empty line", field="prompt")
     flags.DEFINE_enum("prompt_kind", "question", ["question", "text"], "question: through the chat template; "
                       "text: plain text to continue", flag_values=fv)
     cli_flags.define_pair_flags(fv)
     cli_flags.define_secret_flags(fv, demo_flag=True)
-    flags.DEFINE_enum("method", "pseudorandom", sorted(METHODS), "generation method (pseudorandom = Alg. 1)",
+    flags.DEFINE_enum("method", DEFAULTS["method"], sorted(METHODS), "generation method (pseudorandom = Alg. 1)",
                       flag_values=fv)
     flags.DEFINE_enum("keys", "deployment", list(KEY_MODES), "deployment: one key per secret for every text (a "
                       "pasted answer is detected with the secret alone; the same prompt gives the same text); "
                       "per_text: the experiments' per-(run, index) keys (detection needs run and index)",
                       flag_values=fv)
-    flags.DEFINE_integer("lookahead", 3, "K drafts per step (speculative methods; 0 for basic / plain)",
-                         lower_bound=0, flag_values=fv)
-    flags.DEFINE_integer("num_drafts", 1, "n draft chains of K tokens verified together per step (multi-draft "
-                         "sampling; speculative methods)", lower_bound=1, flag_values=fv)
+    flags.DEFINE_integer("lookahead", DEFAULTS["lookahead"], "K drafts per step (speculative methods; 0 for "
+                         "basic / plain)", lower_bound=0, flag_values=fv)
+    flags.DEFINE_integer("num_drafts", DEFAULTS["num_drafts"], "n draft chains of K tokens verified together per "
+                         "step (multi-draft sampling; speculative methods)", lower_bound=1, flag_values=fv)
     flags.DEFINE_string("draft_tree", None, "a static draft tree: children per node at each depth, e.g. 3x2x1 "
                         "(its depth is K; instead of --num_drafts)", flag_values=fv)
-    flags.DEFINE_bool("distinct_drafts", False, "draw the siblings of a node without replacement "
-                      "(--num_drafts / --draft_tree)", flag_values=fv)
+    flags.DEFINE_bool("distinct_drafts", DEFAULTS["distinct_drafts"], "draw the siblings of a node without "
+                      "replacement (--num_drafts / --draft_tree)", flag_values=fv)
     flags.DEFINE_list("decoder_option", [], "settings of a registered scheme beyond the flags below, as "
                       "name=value (values read as JSON, else as text)", flag_values=fv)
     flags.DEFINE_float("dipmark_alpha", 0.45, "DiPmark's alpha in [0, 1/2] (--decoder=dipmark)", flag_values=fv)
@@ -116,10 +119,11 @@ def define_flags(fv: flags.FlagValues) -> None:
         "alpha 1/2), or a scheme registered with wmspec_jax.decoders.register",
         draft_decoder_help="the draft stream's decoder when it differs from --decoder (hu, dathathri, "
         "pseudorandom; its settings from the same flags)")
-    flags.DEFINE_integer("key_sequence", 0, "key the streams by a key sequence of this length n with a random "
-                         "offset per text (Kuditipudi et al.; 256 is theirs; edit-robust detection), not by "
-                         "context; 0: by context", lower_bound=0, flag_values=fv)
-    flags.DEFINE_float("temperature", 1.0, "sampling temperature of P and Q", lower_bound=0.0, flag_values=fv)
+    flags.DEFINE_integer("key_sequence", DEFAULTS["key_sequence"], "key the streams by a key sequence of this "
+                         "length n with a random offset per text (Kuditipudi et al.; 256 is theirs; edit-robust "
+                         "detection), not by context; 0: by context", lower_bound=0, flag_values=fv)
+    flags.DEFINE_float("temperature", DEFAULTS["temperature"], "sampling temperature of P and Q", lower_bound=0.0,
+                       flag_values=fv)
     flags.DEFINE_integer("top_k", 0, "top-k of P and Q (0: none)", lower_bound=0, flag_values=fv)
     flags.DEFINE_integer("max_new_tokens", 128, "most generated tokens per text", lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("max_prompt_tokens", 256, "longest prompt (tokens)", lower_bound=1, flag_values=fv)
@@ -205,33 +209,68 @@ def _drafts(fv) -> str:
     return text + ("d" if fv.distinct_drafts else "")
 
 
-def _draft_shape(fv) -> dict:
-    """``SpeculativeConfig`` keywords of the draft shape ({} for one chain)."""
-    from wmspec_jax import multidraft
+def _setting(fv, stderr):
+    """The generation setting of the flags (:class:`wmspec_jax.setting.Setting`), built once before any model
+    loads; what cannot be right is refused with a message naming the flags given (module doc). Its warnings
+    (temperature 0: nothing is embedded) go to ``stderr``."""
+    import warnings
 
-    return multidraft.parse_shape(_drafts(fv))
+    from wmspec_jax import decoders, multidraft, speculative
+    from wmspec_jax.setting import Setting
+
+    if not math.isfinite(fv.temperature):
+        raise InputError(f"--temperature must be a finite number >= 0, got {fv.temperature}")
+    try:
+        decoders.check_temperature(fv.temperature)
+    except ValueError as e:
+        raise InputError(f"--temperature: {e}") from None
+    method = speculative.METHODS[fv.method]
+    drafts = _drafts(fv)
+    shape = multidraft.parse_shape(drafts)
+    k = 0  # a method that does not speculate, unless --lookahead says otherwise (then refused)
+    if method.speculative or fv["lookahead"].present:
+        k = fv.lookahead if fv["lookahead"].present or "draft_tree" not in shape else len(shape["draft_tree"])
+    if method.speculative and k > min(fv.max_new_tokens, speculative.MAX_LOOKAHEAD):
+        raise InputError(f"--lookahead={k} exceeds --max_new_tokens={fv.max_new_tokens} or "
+                         f"{speculative.MAX_LOOKAHEAD}: a step drafts K tokens one forward at a time")
+    if fv.draft_decoder is not None and not method.watermark_draft:
+        raise InputError(f"--draft_decoder: --method={fv.method} draws no watermarked draft token")
+    decoder, draft = _decoder(fv), _draft_decoder(fv)
+    if (decoder.target_stream_statistic or (draft is not None and draft.target_stream_statistic)) \
+            and draft not in (None, decoder):
+        raise InputError(f"--decoder={fv.decoder} / --draft_decoder={fv.draft_decoder}: one stream, the target's, "
+                         "keys every token of that scheme; it takes no other decoder for the draft")
+    if fv.context_width > prf.MAX_CONTEXT_WIDTH:
+        raise InputError(f"--context_width={fv.context_width} exceeds {prf.MAX_CONTEXT_WIDTH}")
+    _check_draft_shape_size(fv, shape)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            setting = Setting.from_shape(fv.method, decoder, k, drafts, draft_decoder=draft,
+                                         temperature=fv.temperature, top_k=fv.top_k or None,
+                                         context_width=fv.context_width, key_sequence=fv.key_sequence)
+        except (ValueError, TypeError) as e:
+            raise InputError(_rule_flags(fv, str(e)) + str(e)) from None
+    for w in caught:
+        print(f"{PROG}: warning: {w.message}", file=stderr)
+    return setting
 
 
-def _lookahead(fv) -> int:
-    """K: --lookahead, or the depth of --draft_tree (0 for a method that does not speculate)."""
-    from wmspec_jax import speculative
+def _rule_flags(fv, message: str) -> str:
+    """The flags a refused rule of the setting concerns, as a message prefix: its key sequence (a length the
+    package keys, a decoder the edit test scores) or its draft shape (a speculative method, the tree's depth
+    = K, no KGW); the other rules name their fields themselves."""
+    if fv.key_sequence and "key_sequence" in message:
+        return f"--key_sequence={fv.key_sequence}: "
+    if re.search(r"num_drafts|draft_tree|distinct_drafts", message):
+        return "--num_drafts / --draft_tree / --distinct_drafts: "
+    return ""
 
-    if not (speculative.METHODS[fv.method].speculative or fv["lookahead"].present):
-        return 0
-    shape = _draft_shape(fv)
-    if "draft_tree" in shape and not fv["lookahead"].present:
-        return len(shape["draft_tree"])
-    return fv.lookahead
 
-
-def _config(fv, pair):
-    from wmspec_jax import speculative
-
-    return speculative.SpeculativeConfig.from_setting(
-        fv.method, _decoder(fv), _lookahead(fv), drafts=_drafts(fv), draft_decoder=_draft_decoder(fv),
-        max_new_tokens=fv.max_new_tokens, temperature=fv.temperature, top_k=fv.top_k or None,
-        context_width=fv.context_width, key_sequence=fv.key_sequence,
-        eos_id=pair.eos_id if fv.stop_at_eos else None, pad_id=pair.pad_id)
+def _config(fv, pair, setting=None):
+    """The loop's config: the flags' setting with the pair's stop and pad ids (known once the pair loads)."""
+    setting = setting or _setting(fv, sys.stderr)
+    return setting.config(fv.max_new_tokens, pair.eos_id if fv.stop_at_eos else None, pair.pad_id)
 
 
 def _open_output(fv, run: str, stderr):
@@ -280,42 +319,30 @@ def _derivation(fv, secret) -> Optional[str]:
     return keys.DIRECT if fv.keys == "deployment" else keys.KEY_DERIVATION
 
 
-def _watermark_record(fv, config) -> dict:
+def _watermark_record(fv, setting) -> dict:
     """``watermarked`` and, when false, why: what a reader of the saved lines must know."""
-    if not config.spec.watermarks:
+    if not setting.spec.watermarks:
         return {"watermarked": False, "not_watermarked_because": f"method {fv.method} draws no watermark"}
-    if config.temperature == 0:
+    if setting.temperature == 0:
         return {"watermarked": False,
                 "not_watermarked_because": "temperature 0: every distribution is one-hot"}
     return {"watermarked": True}
 
 
-def _settings_record(fv, pair, secret, config) -> dict:
-    """The settings every output line carries (a resumed run must keep them)."""
-    from wmspec_jax import decoders
-
-    scheme = dict.fromkeys(decoders.SETTINGS_FIELDS)
-    for d in (config.draft_stream_decoder, config.decoder):  # the target's settings win a shared field
-        scheme.update(d.settings())
-    if scheme["decoder_options"] is None:
-        del scheme["decoder_options"]  # only schemes beyond the built-in ones have options
-    return {"method": fv.method, "lookahead": config.lookahead, "decoder": fv.decoder, **scheme,
-            "draft_decoder": None if config.draft_decoder is None else fv.draft_decoder,
-            "context_width": fv.context_width, "key_sequence": config.key_sequence or None,
-            "temperature": fv.temperature, "top_k": fv.top_k or None,
-            "draft_tree": None if config.draft_tree is None else list(config.draft_tree),
-            "distinct_drafts": config.distinct_drafts if config.draft_tree is not None else None,
-            "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
+def _settings_record(fv, pair, secret, setting) -> dict:
+    """The settings every output line carries (a resumed run must keep them): the setting's record
+    (:meth:`wmspec_jax.setting.Setting.to_record`, the decoders under the names the flags gave) and the tool's."""
+    record = setting.to_record(fv.decoder, fv.draft_decoder)
+    version = record.pop("prf_version")
+    return {**record, "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
             "tokenizer": fv.target, "seed": fv.seed,
             "key_fingerprint": None if secret is None else secret.fingerprint,
-            "key_derivation": _derivation(fv, secret), "prf_version": prf.PRF_VERSION,
-            **_watermark_record(fv, config)}
+            "key_derivation": _derivation(fv, secret), "prf_version": version, **_watermark_record(fv, setting)}
 
 
-def _records(fv, run, pair, prompts, where, texts, secret, config) -> list:
+def _records(fv, run, pair, prompts, where, texts, settings: dict) -> list:
     """Output lines (:func:`wmspec_jax.text_record.generation_line`): each text's own fields, its prompt,
-    the decoded text and the settings."""
-    settings = _settings_record(fv, pair, secret, config)
+    the decoded text and the settings (:func:`_settings_record`)."""
     return [text_record.generation_line(
         t, run, input=where[t.index - fv.first_index], prompt=prompts[t.index - fv.first_index],
         text=normalize_text(pair.decode(list(t.tokens))), num_tokens=len(t.tokens),
@@ -332,57 +359,21 @@ def _text_watermark(settings: dict, text) -> dict:
     return {}
 
 
-def _check_sizes(fv, num_texts: int) -> None:
-    """Everything that can be refused before a model loads (module doc)."""
-    from wmspec_jax import decoders, speculative
-
-    if not math.isfinite(fv.temperature):
-        raise InputError(f"--temperature must be a finite number >= 0, got {fv.temperature}")
-    try:
-        decoders.check_temperature(fv.temperature)
-    except ValueError as e:
-        raise InputError(f"--temperature: {e}") from None
-    method = speculative.METHODS[fv.method]
-    k = _lookahead(fv)
-    if method.speculative and k > min(fv.max_new_tokens, speculative.MAX_LOOKAHEAD):
-        raise InputError(f"--lookahead={k} exceeds --max_new_tokens={fv.max_new_tokens} or "
-                         f"{speculative.MAX_LOOKAHEAD}: a step drafts K tokens one forward at a time")
-    if fv.draft_decoder is not None and not method.watermark_draft:
-        raise InputError(f"--draft_decoder: --method={fv.method} draws no watermarked draft token")
-    decoder, draft = _decoder(fv), _draft_decoder(fv)
-    if (decoder.target_stream_statistic or (draft is not None and draft.target_stream_statistic)) \
-            and draft not in (None, decoder):
-        raise InputError(f"--decoder={fv.decoder} / --draft_decoder={fv.draft_decoder}: one stream, the target's, "
-                         "keys every token of that scheme; it takes no other decoder for the draft")
-    if fv.context_width > prf.MAX_CONTEXT_WIDTH:
-        raise InputError(f"--context_width={fv.context_width} exceeds {prf.MAX_CONTEXT_WIDTH}")
-    if fv.key_sequence:
-        try:  # its own rules (a length the package keys, a decoder the edit test scores), before loading
-            speculative.SpeculativeConfig(method=fv.method, decoder=decoder, draft_decoder=draft, lookahead=k,
-                                          key_sequence=fv.key_sequence)
-        except (ValueError, TypeError) as e:
-            raise InputError(f"--key_sequence={fv.key_sequence}: {e}") from None
-    if fv.first_index + num_texts > MAX_INDEX:
+def _check_indices(fv, num_texts: int) -> None:
+    if fv.first_index + num_texts > RNG_INDEX_LIMIT:
         raise InputError(f"--first_index={fv.first_index}: text indices must stay below 2^32 "
                          f"({num_texts} texts)")
-    _check_draft_shape_size(fv)
-    if _draft_shape(fv):
-        try:  # the draft shape's own rules (a speculative method, the tree's depth = K, no KGW), before loading
-            speculative.SpeculativeConfig.from_setting(fv.method, _decoder(fv), k, drafts=_drafts(fv),
-                                                       max_new_tokens=fv.max_new_tokens)
-        except (ValueError, TypeError) as e:
-            raise InputError(f"--num_drafts / --draft_tree / --distinct_drafts: {e}") from None
 
 
-def _check_draft_shape_size(fv) -> None:
-    """--num_drafts and --draft_tree against the one cap of multi-draft sampling
-    (:data:`wmspec_jax.multidraft.MAX_PATHS` paths), before anything loads."""
+def _check_draft_shape_size(fv, shape: dict) -> None:
+    """--num_drafts and --draft_tree (their :func:`wmspec_jax.multidraft.parse_shape` keywords ``shape``)
+    against the one cap of multi-draft sampling (:data:`wmspec_jax.multidraft.MAX_PATHS` paths)."""
     from wmspec_jax import multidraft
 
     if fv.num_drafts > multidraft.MAX_PATHS:
         raise InputError(f"--num_drafts={fv.num_drafts} exceeds {multidraft.MAX_PATHS}: a step verifies at most "
                          f"{multidraft.MAX_PATHS} draft paths")
-    tree = _draft_shape(fv).get("draft_tree")
+    tree = shape.get("draft_tree")
     if tree is not None:
         if not tree or any(b < 1 for b in tree):
             raise InputError(f"--draft_tree={fv.draft_tree}: every depth needs at least one child per node")
@@ -428,7 +419,8 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
     secret = _secret(fv, stderr)
     inputs = read_inputs(all_paths, fmt=fv.input_format, field=fv.prompt_field, unit="line", stdin=stdin)
     inputs = [x for x in inputs if x.text.strip()]
-    _check_sizes(fv, len(inputs))
+    setting = _setting(fv, stderr)  # every refusal of the settings before a model loads
+    _check_indices(fv, len(inputs))
     if pairs.TOY in (fv.target, fv.draft):
         raise InputError("--target=toy: the toy pair has no text tokenizer; use builtin or local checkpoints")
     try:
@@ -444,13 +436,8 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
         keyed = "no watermark key" if secret is None else f"key fingerprint {secret.fingerprint} ({fv.keys} keys)"
         print(f"{PROG}: pair {pair.name} loaded in {time.perf_counter() - t0:.1f} s; run {run}; {keyed}",
               file=stderr)
-        import warnings
-
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            config = _config(fv, pair)
-        for w in caught:
-            print(f"{PROG}: warning: {w.message}", file=stderr)
+        config = _config(fv, pair, setting)
+        settings = _settings_record(fv, pair, secret, setting)
         texts = [x.text for x in inputs]
         where = [x.where for x in inputs]
         _report_repeated_prompts(fv, texts, where, stderr)
@@ -459,15 +446,14 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
         indices = [fv.first_index + i for i in range(len(texts))]
         for i, rec in done.items():
             if fv.first_index <= i < fv.first_index + len(texts):
-                now = {"prompt": texts[i - fv.first_index], **_settings_record(fv, pair, secret, config)}
+                now = {"prompt": texts[i - fv.first_index], **settings}
                 changed = {k: (rec.get(k), v) for k, v in now.items()
                            if rec.get(k) != v and k not in PER_TEXT_FIELDS}
                 if changed:
                     raise InputError(f"--output={fv.output}: text {i} of run {run} was generated with other settings "
                                      f"{sorted(changed)}; use another --run or --output")
         todo = [i for i in indices if i not in done]
-        recorder = deployment_flags.Recorder(fv, secret, run, _settings_record(fv, pair, secret, config), all_paths,
-                                             stderr, PROG)
+        recorder = deployment_flags.Recorder(fv, secret, run, settings, all_paths, stderr, PROG)
         recorder.add([rec for i, rec in done.items() if fv.first_index <= i < fv.first_index + len(texts)])
         if done:
             print(f"{PROG}: resuming run {run}: {len(indices) - len(todo)} of {len(indices)} texts already in "
@@ -481,7 +467,7 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
             batch_size=max(1, min(fv.batch_size, len(todo))),  # one prompt: one row, not a padded batch
             draft=pair.draft, draft_params=pair.draft_params)
         for batch in batches:
-            recs = _records(fv, run, pair, texts, where, batch.texts, secret, config)
+            recs = _records(fv, run, pair, texts, where, batch.texts, settings)
             if store is not None:
                 store.add(recs)
             else:
@@ -530,4 +516,4 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["KEY_MODES", "MAX_INDEX", "PER_TEXT_FIELDS", "PROG", "define_flags", "generate_texts", "main", "run"]
+__all__ = ["KEY_MODES", "RNG_INDEX_LIMIT", "PER_TEXT_FIELDS", "PROG", "define_flags", "generate_texts", "main", "run"]

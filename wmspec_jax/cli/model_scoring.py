@@ -52,14 +52,15 @@ from typing import Optional, Sequence
 import numpy as np
 from absl import flags
 
+from wmspec_jax import setting
 from wmspec_jax.cli.texts import InputError
 from wmspec_jax.detect import lines as lines_lib
 from wmspec_jax.detect import scoring
 
 FAMILIES = ("gumbel", "synthid", "kgw")
 """The recorded decoders with a model-assisted detector (their statistics' law is the one the weights use)."""
-DEFAULTS = {"method": "pseudorandom", "lookahead": 3, "temperature": 1.0, "top_k": None, "kgw_delta": 2.0,
-            "kgw_gamma": 0.25}
+DEFAULTS = {**{name: setting.DEFAULTS[name] for name in ("method", "lookahead", "temperature", "top_k")},
+            "kgw_delta": 2.0, "kgw_gamma": 0.25}
 """``wmspec-generate``'s defaults: the settings of a text that records none and whose flags are not given."""
 SETTING_FLAGS = ("method", "lookahead", "temperature", "top_k", "kgw_delta")
 MODEL_FLAGS = ("model_draft", "model_dtype", "model_batch_size") + SETTING_FLAGS
