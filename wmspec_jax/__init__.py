@@ -22,10 +22,11 @@ The public API (everything else is reached through its module):
                 one generated text and its JSONL line (``text_record``); many prompts in batches
   detect        detectors from tokens and key (statistics, make, score, p-values, metrics)
   tradeoff, theory          Fig. 1's Pareto frontiers; WS, SE, TV, A_spec
+  score_law, score_power    the exact per-token detection score under H1 per method and draft; power over n tokens
 
 Layers (import downwards only; ``tests/test_architecture.py``): storage
 (``storage``, ``user_cache``) < the algorithm (``prf``, ``keys``, ``context``, ``key_sequence``,
-``decoders``, ``theory``, ``candidates``, ``sampling``, ``methods``,
+``decoders``, ``theory``, ``candidates``, ``sampling``, ``methods``, ``score_law``, ``score_power``,
 ``stages``, ``setting``, ``speculative``, ``lm``, ``toy``, ``sharding``, ``models``, ``batching``,
 ``text_record``, ``detect``, ``tradeoff``, ``interop``) < the lab (``lab``: data, runs, the
 experiments) < the tools (``cli``). Modules and names are imported on first
@@ -39,7 +40,8 @@ SUBMODULES = (
     "batching", "buffers", "candidates", "cli", "context", "decoders", "detect", "interop", "key_sequence", "keys", "lab",
     "lm", "methods",
     "models",
-    "multidraft", "prf", "prf_keys", "prf_numpy", "sampling", "setting", "sharding", "sources", "speculative", "stages",
+    "multidraft", "prf", "prf_keys", "prf_numpy", "sampling", "score_law", "score_power", "setting", "sharding", "sources",
+    "speculative", "stages",
     "storage", "text_record", "textnorm", "theory", "toy", "tradeoff", "user_cache", "validation",
 )
 _NAMES = {
