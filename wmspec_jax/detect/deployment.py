@@ -176,7 +176,7 @@ def validate(record: dict, where: str) -> None:
             raise LineError(f"{where}: field {name!r} must be one of {known}, got {str(value)[:40]!r}")
     lines_mod.record_int(record, "synthid_layers", where, 1, decoders.MAX_SYNTHID_LAYERS + 1)
     lines_mod.record_int(record, "context_width", where, 1, prf.MAX_CONTEXT_WIDTH + 1)
-    lines_mod.record_int(record, "index", where, 0, lines_mod.MAX_INDEX)
+    lines_mod.record_int(record, "index", where, 0, lines_mod.KEY_INDEX_LIMIT)
     lines_mod.record_int(record, "key_sequence", where, 0, lines_mod.max_key_length() + 1)
     empty = lines_mod.Overrides()
     lines_mod.recorded_option(record, where, "draft_fraction", empty, closed=True)

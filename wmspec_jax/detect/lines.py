@@ -31,7 +31,7 @@ from wmspec_jax import keys, text_record
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.textnorm import normalize_text
 
-MAX_INDEX = 2 ** 64  # per-text keys hash the index as a uint64
+KEY_INDEX_LIMIT = 2 ** 64  # text indices stay below it: per-text keys hash the index as a uint64
 KEY_CHOICES = ("recorded", "deployment", "per_text")
 SETTINGS = ("decoder", "draft_decoder", "synthid_layers", "context_width", "siblings")
 """The settings :class:`Overrides` may fix and the defaults must give."""
@@ -320,7 +320,7 @@ def key_of(record: dict, where: str, number: int, overrides: Overrides,
     """(run, index) of the text's per-text keys, or (None, None): the secret itself (module doc)."""
     if overrides.run is not None:
         index = overrides.index + number
-        if index >= MAX_INDEX:
+        if index >= KEY_INDEX_LIMIT:
             raise LineError(f"--index={overrides.index}: text indices must stay below 2^64")
         return overrides.run, index
     derivation = record.get("key_derivation")
@@ -333,7 +333,7 @@ def key_of(record: dict, where: str, number: int, overrides: Overrides,
     if wanted is None:
         wanted = derivation
     if wanted == keys.KEY_DERIVATION:
-        run, index = record.get("run"), record_int(record, "index", where, 0, MAX_INDEX)
+        run, index = record.get("run"), record_int(record, "index", where, 0, KEY_INDEX_LIMIT)
         if not isinstance(run, str) or index is None:
             raise LineError(f"{where}: per-text keys need both 'run' (a string) and 'index' (an int >= 0)")
         return run, index
@@ -412,7 +412,7 @@ def _first_difference(decoded: str, text: str) -> str:
     return f"they differ from character {at} on; the tokens decode to {len(decoded)} characters, the text has {len(text)}"
 
 
-__all__ = ["KEY_CHOICES", "LineError", "MAX_INDEX", "Overrides", "SETTINGS", "TextLine", "check_provenance",
+__all__ = ["KEY_CHOICES", "LineError", "KEY_INDEX_LIMIT", "Overrides", "SETTINGS", "TextLine", "check_provenance",
            "check_text_matches_tokens", "conflict", "key_of", "multidraft_cap", "prf_version_of", "read_line",
            "record_int", "recorded_candidate", "recorded_ids", "recorded_option", "settings_of", "siblings_of",
            "stream_keys"]
