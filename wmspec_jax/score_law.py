@@ -22,16 +22,16 @@ stream of a residual token w, whose value is r^D_w = M^{q_w} V (V uniform: the d
 d ≠ w): its score has CDF (F_Exp − b F_GE(1/b)) / (1 − b) with b = q_w, a *signed* mixture of GE laws,
 stochastically smaller than the null. Per method:
 
-==============  ===============  ======================  ==========================================
-method          accepted d       residual w after d      bonus w / ``basic``
-==============  ===============  ======================  ==========================================
-``pseudorandom``y^D: GE(1/q_d)   y^T: GE(1/R_w)          y^T: GE(1/p_w); y^D: Exp(1)
-                y^T: Exp(1)      y^D: M^{q_w} V
-``dathathri``   as Alg. 1        as Alg. 1               as Alg. 1
-``hu``          as Alg. 1        y^T: Exp(1) (plain);    as Alg. 1
-                                 y^D: M^{q_w} V
-``standard``    Exp(1)           Exp(1)                  Exp(1)
-==============  ===============  ======================  ==========================================
+================  ===============  ======================  ==============================
+method            accepted d       residual w after d      bonus w, and ``basic``
+================  ===============  ======================  ==============================
+``pseudorandom``  y^D: GE(1/q_d)   y^T: GE(1/R_w)          y^T: GE(1/p_w)
+                  y^T: Exp(1)      y^D: M^{q_w} V          y^D: Exp(1)
+``dathathri``     as Alg. 1        as Alg. 1               as Alg. 1
+``hu``            as Alg. 1        y^T: Exp(1) (plain)     as Alg. 1
+                                   y^D: M^{q_w} V
+``standard``      Exp(1)           Exp(1)                  Exp(1)
+================  ===============  ======================  ==============================
 
 The detectors score every position whose context is new, whatever the ``watermarked`` record says,
 so a plain token (``hu``'s residual, ``standard``) is scored and contributes its null score. Which
