@@ -74,6 +74,7 @@ def assert_law(samples, law: score_law.GumbelLaw, what: str):
 SPECULATIVE = ("pseudorandom", "dathathri", "hu", "standard")
 
 
+@pytest.mark.slow  # one compiled generation per method and decoder, shared
 @pytest.mark.parametrize("detector", score_law.GUMBEL_DETECTORS)
 @pytest.mark.parametrize("method", SPECULATIVE + ("basic",))
 def test_gumbel_law_of_the_first_draft_slot(method, detector):
@@ -84,6 +85,7 @@ def test_gumbel_law_of_the_first_draft_slot(method, detector):
     assert_law(scores, law, f"{method}/{detector}")
 
 
+@pytest.mark.slow  # one compiled generation per method and decoder, shared
 @pytest.mark.parametrize("method", ["pseudorandom", "hu"])
 def test_gumbel_law_of_later_positions(method):
     """Position 2 (K = 2: slot 2 of the step or slot 1 of the next) has the draft slot's law; the bonus
@@ -111,6 +113,7 @@ def test_the_gumbel_max_uniform_of_the_drawn_token_is_uniform_and_independent_of
     stats.assert_counts_match(np.bincount(w, minlength=V), P, "Gumbel-max token")
 
 
+@pytest.mark.slow  # one compiled generation per method and decoder, shared
 @pytest.mark.parametrize("detector", score_law.SYNTHID_DETECTORS)
 @pytest.mark.parametrize("method", ["pseudorandom", "dathathri", "hu", "basic"])
 def test_synthid_law_of_the_first_draft_slot(method, detector):
