@@ -190,6 +190,19 @@ def pipeline_outputs(tmp_path_factory):
     return out, session, lab.run_speculative(session), lab.run_detection(session)
 
 
+def test_the_speed_runs_are_generated_in_turns(pipeline_outputs):
+    # one batch of every run, then the next batch of every run: a load change during the table
+    # weighs on every run's PTT alike (lab.generate_in_turns)
+    out, *_ = pipeline_outputs
+    speed = {r.name for r in lab.speed_runs(SMALL)}
+    with open(os.path.join(out, "generations.jsonl"), encoding="utf-8") as f:
+        order = [json.loads(line)["run"] for line in f if line.strip()]
+    order = [r for r in order if r in speed][:SMALL.num_prompts * len(speed)]  # detection may add more later
+    first_batch = SMALL.batch_size * len(speed)
+    assert set(order[:first_batch]) == speed and all(order.count(r) == SMALL.num_prompts for r in speed)
+    assert all(order[i] != order[i + SMALL.batch_size] for i in range(first_batch - SMALL.batch_size))
+
+
 def test_speculative_outputs_match_their_json(pipeline_outputs):
     out, _, spec, _ = pipeline_outputs
     rows = spec["rows"]

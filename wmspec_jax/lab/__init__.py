@@ -49,7 +49,7 @@ _NAMES = {
     "Session": "harness", "log": "harness", "preflight": "harness", "script_main": "harness",
     "GENERATION_FIELDS": "settings", "GUMBEL": "settings", "PARTS": "settings", "SYNTHID": "settings",
     "Settings": "settings", "prompts_needed": "settings",
-    "method_label": "speed", "run_speculative": "speed", "speculative_checks": "speed", "speed_runs": "speed",
+    "generate_in_turns": "speed", "method_label": "speed", "run_speculative": "speed", "speculative_checks": "speed", "speed_runs": "speed",
     "detection_markdown": "tables", "speculative_markdown": "tables", "write_csv": "tables",
 }
 __getattr__, __dir__, _everything = attach(__name__, SUBMODULES, _NAMES)

@@ -168,6 +168,11 @@ def pending_indices(store: JsonlStore, run: RunSpec, num_texts: int) -> list[int
     return [i for i in range(num_texts) if not _is_complete(store, run, i)]
 
 
+COMPILE_LOG_SECONDS = 0.5
+"""A program found compiled (this process's cache; the speed table generates its runs in turns) takes
+milliseconds and is not logged."""
+
+
 def generate_run(
     run: RunSpec,
     pair,
@@ -214,7 +219,7 @@ def generate_run(
             stream_keys=lambda idx: keys.text_keys(secret, idx, run=run.name),
             rngs=lambda idx: sampling.text_rngs(seed, idx, run=run.name), batch_size=batch_size,
             draft=pair.draft, draft_params=pair.draft_params, mesh=getattr(pair, "mesh", None),
-            on_compiled=lambda seconds: log(f"{run.name}: compiled in {seconds:.1f}s"))
+            on_compiled=lambda seconds: seconds < COMPILE_LOG_SECONDS or log(f"{run.name}: compiled in {seconds:.1f}s"))
         for batch in batches:
             records = [text_record.generation_line(
                 text, run.name, batch_seconds=batch.seconds, batch_tokens=batch.new_tokens,

@@ -37,10 +37,23 @@ def method_label(run: runs.RunSpec) -> str:
     return label if run.drafts == "1" else f"{label} [drafts {run.drafts}]"
 
 
+def generate_in_turns(session: Session, runs_: Sequence[runs.RunSpec], num_texts: int) -> None:
+    """Generates the texts of every run one batch of each run in turn, so that each run's timed batches
+    spread over the whole generation: a change in the machine's load or memory bandwidth during the
+    table (other jobs, a neighbour on a shared host) then weighs on every run alike, not on the runs
+    that happened to be generated then. The texts do not depend on the order (each has its own keys)."""
+    size = session.settings.batch_size
+    for end in range(size, num_texts + size, size):
+        for run in runs_:
+            session.records(run, min(end, num_texts))
+
+
 def run_speculative(session: Session) -> dict:
-    """Tables 1-2: AATPS, PTT and LOGPPL with 95 % CIs for every speed run."""
+    """Tables 1-2: AATPS, PTT and LOGPPL with 95 % CIs for every speed run (generated in turns:
+    :func:`generate_in_turns`)."""
     s = session.settings
     rows = []
+    generate_in_turns(session, speed_runs(s), s.num_prompts)
     for run in speed_runs(s):
         recs = session.records(run, s.num_prompts)
         rows_seen = sorted({r["batch_rows"] for r in recs})
@@ -82,4 +95,4 @@ def speculative_checks(rows: Sequence[dict]) -> dict:
     return out
 
 
-__all__ = ["method_label", "run_speculative", "speculative_checks", "speed_runs"]
+__all__ = ["generate_in_turns", "method_label", "run_speculative", "speculative_checks", "speed_runs"]
