@@ -126,7 +126,7 @@ def _cache(config):
     return cache.init_cache(config, 1, 8)
 
 
-def test_the_pass_profile_reports_both_layouts_against_the_floor(tmp_path):
+def test_the_pass_profile_reports_every_layout_against_the_floor(tmp_path):
     out = tmp_path / "profile.json"
     done = subprocess.run([sys.executable, "-m", "benchmarks.profile_passes", "--tokens=1,2", "--repeats=1",
                            "--profile_repeats=1", "--top=3", "--stream_mib=16", "--filled=8", "--capacity=32",
@@ -134,9 +134,10 @@ def test_the_pass_profile_reports_both_layouts_against_the_floor(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     rows = {(r["layout"], r["tokens"]): r for r in report["rows"]}
-    assert set(rows) == {("in_out", 1), ("in_out", 2), ("out_in", 1), ("out_in", 2)}
+    layouts = ("in_out", "out_in_xla", "out_in")
+    assert set(rows) == {(layout, t) for layout in layouts for t in (1, 2)}
     assert rows["in_out", 1]["over_decode_step"] == 1.0 and rows["out_in", 2]["over_floor"] > 0
     assert all(r["max_logit_difference_vs_first_layout"] < 1e-3 for r in rows.values())
     assert report["weight_bytes"] > 5e8 and report["floor_ms"] > 0
-    assert set(report["profiles"]) == {"in_out T=1", "in_out T=2", "out_in T=1", "out_in T=2"}
+    assert set(report["profiles"]) == {f"{layout} T={t}" for layout in layouts for t in (1, 2)}
     assert all(p["top_ops"] and p["total_ms"] > 0 for p in report["profiles"].values())
