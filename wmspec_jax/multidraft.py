@@ -380,7 +380,7 @@ def draft_tree(st: stages.Static, draft_model: DraftModel, inputs: stages.Inputs
     per_depth = []
     for s in range(k):  # K is small and static: unrolled
         pos = rows_n + s
-        q, bad = st.process(logits)
+        q, bad = st.process_draft(logits)
         nonfinite = nonfinite | bad
         q = _gather_rows(q, _rows(parent_path(branching, s), bsz))
         sibling = jnp.tile(jnp.asarray(sibling_index(branching, s)), bsz)

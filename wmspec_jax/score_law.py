@@ -112,7 +112,7 @@ def _probs(x, name: str) -> np.ndarray:
 def _method(name: str) -> methods_lib.Method:
     if name not in methods_lib.METHODS:
         raise ValueError(f"unknown method {name!r}; known: {', '.join(methods_lib.METHODS)}")
-    return methods_lib.METHODS[name]
+    return methods_lib.METHODS[methods_lib.detected_as(name)]  # a coupled text is the basic watermark's
 
 
 def bonus_share(alpha: float, lookahead: int) -> float:

@@ -2,12 +2,12 @@
 
 A :class:`Setting` is what makes two texts comparable: the method (Alg. 1 or a method it is compared
 with, :mod:`wmspec_jax.methods`), the watermark decoders of the target and draft streams, K, the draft
-shape (one chain, n chains or a static tree, :mod:`wmspec_jax.multidraft`), temperature, top-k, the
-context width h, the key sequence (:mod:`wmspec_jax.key_sequence`) and the PRF version. It holds every
-cross-field rule, so a setting that exists is one the loop can run; it writes and reads the settings
-fields of a text line (:meth:`Setting.to_record`, :meth:`Setting.from_record`), gives the provenance
-detection checks (:meth:`Setting.provenance`) and, with the stopping fields, the loop's
-:class:`SpeculativeConfig` (:meth:`Setting.config`). A new knob is one field here, its rule in
+shape (one chain, n chains or a static tree, :mod:`wmspec_jax.multidraft`), temperature (and the draft's
+own, when it differs), top-k, the context width h, the key sequence (:mod:`wmspec_jax.key_sequence`) and
+the PRF version. It holds every cross-field rule, so a setting that exists is one the loop can run; it
+writes and reads the settings fields of a text line (:meth:`Setting.to_record`,
+:meth:`Setting.from_record`), gives the provenance detection checks (:meth:`Setting.provenance`) and,
+with the stopping fields, the loop's :class:`SpeculativeConfig` (:meth:`Setting.config`). A new knob is one field here, its rule in
 :meth:`Setting._check_setting`, its line field in :meth:`Setting.to_record` / :meth:`Setting.from_record`,
 and its use in the loop (:class:`wmspec_jax.stages.Static`).
 
@@ -59,8 +59,14 @@ class Setting:
         ``dathathri``, ``pseudorandom``). Each token's record says which stream it came from, and
         detection scores each stream with its decoder's statistic (``docs/decoders.md``).
       lookahead: K drafts per step (must be 0 for ``plain``/``basic``).
-      temperature: > 0, or 0 for greedy; applied to P and Q alike. At 0 every distribution is one-hot
-        and no watermark exists (a watermarking method warns; records say ``watermarked = False``).
+      temperature: > 0, or 0 for greedy; applied to P, and to Q unless ``draft_temperature`` is given. At 0
+        every distribution is one-hot and no watermark exists (a watermarking method warns; records say
+        ``watermarked = False``).
+      draft_temperature: the temperature of the draft's distribution Q when it differs from P's (beyond
+        the paper, which samples both at one temperature); None (default) or ``temperature`` itself means
+        the same (stored as None). Thm 4.1 holds for every Q, so the text's law is P's at ``temperature``
+        whatever this is; it moves the acceptance 1 − TV(P, Q) and which tokens come from which stream.
+        Only for speculative methods.
       top_k: optional top-k (exactly k tokens; ties broken towards lower ids), applied to P and Q
         alike; ``None`` or 0 keeps all (stored as None).
       context_width: h, the number of previous tokens keying ζ.
@@ -89,6 +95,7 @@ class Setting:
     draft_decoder: Optional[decoders.WatermarkDecoder] = None
     lookahead: int = 3
     temperature: float = 1.0
+    draft_temperature: Optional[float] = None
     top_k: Optional[int] = None
     context_width: int = prf.DEFAULT_CONTEXT_WIDTH
     num_drafts: int = 1
@@ -118,6 +125,11 @@ class Setting:
         if not spec.speculative and self.lookahead != 0:
             raise ValueError(f"method {self.method!r} does not speculate: set lookahead=0")
         fix("temperature", decoders.check_temperature(self.temperature))
+        if self.draft_temperature is not None:
+            draft_temperature = decoders.check_temperature(self.draft_temperature)
+            if not spec.speculative and draft_temperature != self.temperature:
+                raise ValueError(f"method {self.method!r} does not speculate: it has no draft_temperature")
+            fix("draft_temperature", None if draft_temperature == self.temperature else draft_temperature)
         if self.top_k is not None:
             top_k = _int_setting("top_k", self.top_k, 0)
             fix("top_k", top_k or None)
@@ -164,6 +176,9 @@ class Setting:
                                               else (self.num_drafts,) + (1,) * (self.lookahead - 1), self.lookahead)
             if self.decoder.biased:
                 raise ValueError("a biased decoder (KGW) is not supported with num_drafts / draft_tree")
+            if spec.coupled:
+                raise ValueError(f"method {self.method!r} drafts one chain with the target's stream: num_drafts / "
+                                 "draft_tree are not supported")
             fix("num_drafts", 1)
             fix("draft_tree", tree if multidraft.num_paths(tree) > 1 else None)
         if not isinstance(self.distinct_drafts, (bool, np.bool_)):
@@ -191,6 +206,11 @@ class Setting:
     def draft_stream_decoder(self) -> decoders.WatermarkDecoder:
         """The decoder of the draft stream ζ^D: ``draft_decoder``, else ``decoder``."""
         return self.decoder if self.draft_decoder is None else self.draft_decoder
+
+    @property
+    def q_temperature(self) -> float:
+        """The temperature applied to the draft's logits: ``draft_temperature``, else ``temperature``."""
+        return self.temperature if self.draft_temperature is None else self.draft_temperature
 
     @property
     def spec(self) -> Method:
@@ -233,7 +253,8 @@ class Setting:
         tree = self.draft_tree
         return {"method": self.method, "lookahead": self.lookahead, "decoder": decoder_name or self.decoder.kind,
                 **scheme, "draft_decoder": draft, "context_width": self.context_width,
-                "key_sequence": self.key_sequence or None, "temperature": self.temperature, "top_k": self.top_k,
+                "key_sequence": self.key_sequence or None, "temperature": self.temperature,
+                "draft_temperature": self.draft_temperature, "top_k": self.top_k,
                 "draft_tree": None if tree is None else list(tree),
                 "distinct_drafts": self.distinct_drafts if tree is not None else None,
                 "prf_version": self.prf_version}
@@ -260,7 +281,8 @@ class Setting:
             lookahead = len(tree) if tree else given.get("lookahead", DEFAULTS["lookahead"] if speculates else 0)
         named = {name: defaults[name] if record.get(name) is None
                  else decoders.from_settings(record[name], record) for name in ("decoder", "draft_decoder")}
-        return cls(method=method, lookahead=lookahead, **named, temperature=get("temperature"), top_k=get("top_k"),
+        return cls(method=method, lookahead=lookahead, **named, temperature=get("temperature"),
+                   draft_temperature=get("draft_temperature"), top_k=get("top_k"),
                    context_width=get("context_width"), draft_tree=tree, distinct_drafts=get("distinct_drafts"),
                    key_sequence=get("key_sequence"), prf_version=get("prf_version"))
 
@@ -353,9 +375,9 @@ class SpeculativeConfig(Setting):
 
         return stages.Static(
             method=self.spec, decoder=self.decoder, lookahead=self.lookahead, temperature=self.temperature,
-            top_k=self.top_k, context_width=self.context_width, max_new_tokens=self.max_new_tokens,
-            stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder, tree=self.draft_tree,
-            distinct_drafts=self.distinct_drafts, key_sequence=self.key_sequence)
+            draft_temperature=self.draft_temperature, top_k=self.top_k, context_width=self.context_width,
+            max_new_tokens=self.max_new_tokens, stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder,
+            tree=self.draft_tree, distinct_drafts=self.distinct_drafts, key_sequence=self.key_sequence)
 
 
 # Published, pickled and keyed (wmspec_jax.executable_store.describe) under the loop's module, where

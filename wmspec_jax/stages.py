@@ -46,155 +46,17 @@ features of them.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 
-from wmspec_jax import candidates, context, decoders, key_sequence, methods, prf, sampling
+from wmspec_jax import candidates, context, decoders, key_sequence, prf, sampling
 from wmspec_jax.candidates import Candidates
 from wmspec_jax.buffers import row_slice, row_update, set_at
 from wmspec_jax.lm import DraftModel, LanguageModel
+from wmspec_jax.loop_types import Drafts, Inputs, LoopState, Records, Static
 from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_NONE, SOURCE_RESIDUAL, SOURCE_TARGET
-
-
-@dataclasses.dataclass(frozen=True)
-class Static:
-    """Everything a step needs that is fixed at compile time (hashable).
-
-    Attributes:
-      method: what is watermarked and where u comes from.
-      decoder: the watermark decoder.
-      lookahead: K (0 for non-speculative methods).
-      temperature: float >= 0; top_k: int or None (applied to P and Q alike).
-      context_width: h.
-      max_new_tokens: per-row budget.
-      stop_ids: stop a row after any of these tokens (empty: never).
-      draft_decoder: the decoder of the draft stream ζ^D (None: ``decoder``).
-      tree: branching factors of a draft tree (:mod:`wmspec_jax.multidraft`); None: one chain.
-      distinct_drafts: siblings of a draft tree are drawn without replacement.
-      key_sequence: n > 0: the streams are keyed by the token's place in a key sequence of length n
-        (:mod:`wmspec_jax.key_sequence`); 0: by the ``context_width`` tokens before it.
-    """
-
-    method: methods.Method
-    decoder: decoders.WatermarkDecoder
-    lookahead: int
-    temperature: float
-    top_k: Optional[int]
-    context_width: int
-    max_new_tokens: int
-    stop_ids: tuple = ()
-    draft_decoder: Optional[decoders.WatermarkDecoder] = None
-    tree: Optional[tuple] = None
-    distinct_drafts: bool = False
-    key_sequence: int = 0
-
-    def process(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
-        """Candidates of float32[..., V] logits and the NaN / +inf flag per distribution."""
-        return candidates.process(logits, self.temperature, self.top_k)
-
-    @property
-    def biases(self) -> bool:
-        """A biased decoder (KGW) of a watermarking method: every distribution, draft and target, is the
-        decoder's biased one (:func:`_biased`)."""
-        return self.decoder.biased and self.method.watermarks
-
-
-class Inputs(NamedTuple):
-    """Per-call arrays the stages read (fixed during the loop).
-
-    Attributes:
-      target_params, draft_params: model params (draft None without speculation).
-      keys: uint32[B, NUM_STREAMS, 2] per-row stream keys.
-      words: uint32[B, 2] per-row true-randomness words.
-      start: int32[B] prompt lengths (first watermarked position).
-    """
-
-    target_params: Any
-    draft_params: Any
-    keys: jax.Array
-    words: jax.Array
-    start: jax.Array
-
-
-class Records(NamedTuple):
-    """Per-position records of the generated text, each [B, L].
-
-    Attributes:
-      source: int8 SOURCE_* (:mod:`wmspec_jax.sources`).
-      watermarked: bool, drawn from a watermark stream from a non-one-hot
-        distribution (False at repeated contexts and for unwatermarked draws).
-      accept_u: float32 u compared with min(1, P/Q) there (NaN: no test).
-      accept_prob: float32 min(1, P/Q) of the draft proposed there (NaN: none).
-      target_logprob: float32 log P(w_t | w_<t) of the token under the target
-        at temperature 1 without top-k (NaN where no token was generated):
-        LOGPPL's terms, read off the verify forward that runs anyway.
-      candidate: int8 the sibling index c of an accepted draft token under multi-draft sampling
-        (:mod:`wmspec_jax.multidraft`: its draft stream is ζ^D re-keyed by c); 0 elsewhere and
-        for one chain.
-    """
-
-    source: jax.Array
-    watermarked: jax.Array
-    accept_u: jax.Array
-    accept_prob: jax.Array
-    target_logprob: jax.Array
-    candidate: jax.Array
-
-
-class LoopState(NamedTuple):
-    """State carried through the ``lax.while_loop`` (see the module invariants).
-
-    Attributes:
-      tokens: int32[B, L] committed tokens, then scratch.
-      n: int32[B] committed tokens per row.
-      done: bool[B] rows that hit EOS or their budget.
-      target_cache, draft_cache: the models' caches (draft None for K = 0).
-      records: :class:`Records`.
-      num_steps: int32[B] steps that emitted tokens.
-      tokens_per_step: int32[B, max_new_tokens] tokens emitted at each step.
-      nonfinite: bool[B] a model produced NaN or +inf logits for the row.
-      features: [B, L, D] the target's hidden states shifted by one position
-        (module doc); None unless the draft reads the target's hidden states.
-    """
-
-    tokens: jax.Array
-    n: jax.Array
-    done: jax.Array
-    target_cache: Any
-    draft_cache: Any
-    records: Records
-    num_steps: jax.Array
-    tokens_per_step: jax.Array
-    nonfinite: jax.Array
-    features: Any = None
-
-
-class Drafts(NamedTuple):
-    """Output of :func:`draft`.
-
-    Attributes:
-      tokens: int32[B, L] buffer with the K drafts at positions n .. n + K − 1.
-      drafted: int32[B, K] the draft tokens d_1..d_K.
-      q: Candidates [B, K, C] the processed draft distributions Q_s.
-      log_q: float32[B, K] log Q_s(d_s).
-      fresh: bool[B, K] the position's context is new (watermark-eligible);
-        all False when the method needs no contexts.
-      watermarked: bool[B, K] records of the drafts.
-      cache: the draft cache (holds positions < n + K − 1).
-      nonfinite: bool[B].
-    """
-
-    tokens: jax.Array
-    drafted: jax.Array
-    q: Candidates
-    log_q: jax.Array
-    fresh: jax.Array
-    watermarked: jax.Array
-    cache: Any
-    nonfinite: jax.Array
 
 
 # ---------------------------------------------------------------------------
@@ -247,8 +109,8 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
     """
     k = st.lookahead
     method = st.method
-    # contexts matter for a watermarked draft and for pseudorandom acceptance
-    need_fresh = method.watermark_draft or method.pseudorandom_acceptance or st.biases
+    # contexts matter for a watermarked draft, for pseudorandom acceptance and for a draft drawn with ζ^T
+    need_fresh = method.watermark_draft or method.pseudorandom_acceptance or method.coupled or st.biases
     logits, carry, cache = model.draft_first(inputs.draft_params, cache, tokens, n, features, lookahead=k)
     nonfinite = jnp.zeros(n.shape, bool)
     per_pos = []
@@ -257,7 +119,7 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
         fresh = is_new_context(st, tokens, pos, inputs) if need_fresh else jnp.zeros(n.shape, bool)
         if st.biases:
             logits = _biased(st, inputs, logits, tokens, pos, fresh)
-        q, bad = st.process(logits)
+        q, bad = st.process_draft(logits)
         nonfinite = nonfinite | bad
         token, log_q, watermarked = draw_draft(st, inputs, tokens, pos, q, fresh)
         tokens = set_at(tokens, pos, token)
@@ -283,6 +145,12 @@ def draw_draft(st: Static, inputs: Inputs, tokens: jax.Array, pos: jax.Array, q:
       (int32[B] token, float32[B] log Q(token), bool[B] watermarked record).
     """
     method = st.method
+    if method.coupled:  # the target's stream, uniform and decoder: the draw the target makes there (methods doc)
+        seeds = stream_seeds(st, inputs, prf.Stream.TARGET, tokens, pos)
+        index, watermarked = sampling.draw(st.decoder, candidates.probs(q), q.ids, seeds,
+                                           sampling.true_uniforms(inputs.words, pos, sampling.PURPOSE_TARGET), fresh)
+        log_q = jnp.take_along_axis(q.z, index[:, None], axis=-1)[:, 0] - q.lse
+        return candidates.token_ids(q, index), log_q, watermarked
     seeds = stream_seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
     purpose = sampling.PURPOSE_DRAFT
     if sibling is not None:
@@ -353,6 +221,28 @@ def accept(p: Candidates, drafts: Drafts, u: jax.Array):
     accepted = jnp.log(u) < log_ratio
     j = jnp.sum(jnp.cumprod(accepted.astype(jnp.int32), axis=1), axis=1)
     return j.astype(jnp.int32), jnp.exp(jnp.minimum(log_ratio, 0.0))
+
+
+def accept_coupled(st: Static, inputs: Inputs, p: Candidates, drafts: Drafts, tokens: jax.Array, n: jax.Array):
+    """The ``coupled`` method's acceptance and last token (:mod:`wmspec_jax.methods`): the target's own
+    draw with ζ^T at each of the K + 1 positions, d_s accepted while it equals that draw.
+
+    Returns:
+      (int32[B] j accepted drafts; int32[B] the target's draw at n + j; bool[B, K + 1] each draw's
+      watermarked record).
+    """
+    k = st.lookahead
+    draws, marks = [], []
+    never = jnp.zeros(n.shape, bool)
+    for s in range(k + 1):  # K is small and static: unrolled
+        p_s = candidates.take(p, jnp.full(n.shape, s), axis=1)
+        token, marked = draw_final(st, inputs, candidates.probs(p_s), p_s.ids, tokens, n + s, never)
+        draws.append(token)
+        marks.append(marked)
+    draws, marks = jnp.stack(draws, axis=1), jnp.stack(marks, axis=1)
+    same = (draws[:, :k] == drafts.drafted).astype(jnp.int32)
+    j = jnp.sum(jnp.cumprod(same, axis=1), axis=1).astype(jnp.int32)
+    return j, jnp.take_along_axis(draws, j[:, None], axis=1)[:, 0], marks
 
 
 def resample(st: Static, inputs: Inputs, p: Candidates, drafts: Optional[Drafts], j: jax.Array,
@@ -445,7 +335,9 @@ def commit(st: Static, inputs: Inputs, state: LoopState, tokens: jax.Array, j: j
         hit_eos = jnp.any(stops & keep, axis=1)
 
     is_final = idx == j[:, None]
-    source = jnp.where(is_final, final_source[:, None], jnp.int8(SOURCE_DRAFT))
+    # a coupled method's accepted draft is the target's draw from ζ^T: its stream is the target's
+    accepted_source = SOURCE_TARGET if st.method.coupled else SOURCE_DRAFT
+    source = jnp.where(is_final, final_source[:, None], jnp.int8(accepted_source))
     if k > 0:
         pad = lambda x, fill: jnp.concatenate([x, jnp.full((x.shape[0], 1), fill, x.dtype)], axis=1)  # noqa: E731
         watermarked = jnp.where(is_final, final_watermarked[:, None], pad(drafts.watermarked, False))
@@ -529,12 +421,19 @@ def step(st: Static, target: LanguageModel, draft_model: Optional[DraftModel], i
     p, target_cache, target_nonfinite, target_logits, features = verify(
         st, target, inputs, state.target_cache, tokens, n, state.features)
     nonfinite = nonfinite | target_nonfinite
-    if k > 0:
-        u = acceptance_uniforms(st, inputs, tokens, n, drafts.fresh)
-        j, accept_prob = accept(p, drafts, u)
+    if k > 0 and st.method.coupled:
+        j, final_token, marks = accept_coupled(st, inputs, p, drafts, tokens, n)
+        drafts = drafts._replace(watermarked=marks[:, :k])  # each emitted token is the target's draw
+        final_source = jnp.full(n.shape, SOURCE_TARGET, jnp.int8)
+        final_watermarked = jnp.take_along_axis(marks, j[:, None], axis=1)[:, 0]
+        u = accept_prob = jnp.full(drafts.drafted.shape, jnp.nan, jnp.float32)  # no acceptance test with a u
     else:
-        j = jnp.zeros_like(n)
-    final_token, final_source, final_watermarked = resample(st, inputs, p, drafts, j, tokens, n)
+        if k > 0:
+            u = acceptance_uniforms(st, inputs, tokens, n, drafts.fresh)
+            j, accept_prob = accept(p, drafts, u)
+        else:
+            j = jnp.zeros_like(n)
+        final_token, final_source, final_watermarked = resample(st, inputs, p, drafts, j, tokens, n)
     new = commit(st, inputs, state, tokens, j, final_token, final_source, final_watermarked, drafts, u, accept_prob,
                  target_logits)
     target_cache, draft_cache = rollback(st, target, draft_model, target_cache, draft_cache, state, j)

@@ -60,6 +60,21 @@ def max_sampling_efficiency(q: jax.Array, p: jax.Array) -> jax.Array:
     return jnp.sum(jnp.minimum(_f(q), _f(p)), axis=-1)
 
 
+def gumbel_coupling_acceptance(q: jax.Array, p: jax.Array) -> jax.Array:
+    """P(the Gumbel-max draws of Q and of P with the same uniforms are one token) (float[..., V] each):
+    Σ_v 1 / Σ_w max(P_w / P_v, Q_w / Q_v) over the v with P_v, Q_v > 0: the acceptance rate of the
+    ``coupled`` method (:mod:`wmspec_jax.methods`) with Gumbel-max, at most SSE(Q, P) = 1 − TV.
+
+    With E_w = −log r_w i.i.d. Exp(1), both draws are v iff E_w > E_v max(P_w / P_v, Q_w / Q_v) for every
+    w ≠ v, whose probability given E_v is exp(−E_v Σ_{w≠v} max(·)); integrating over E_v ~ Exp(1) gives
+    the term."""
+    p, q = _f(p), _f(q)
+    both = (p > 0) & (q > 0)
+    safe_p, safe_q = jnp.where(both, p, 1.0), jnp.where(both, q, 1.0)
+    ratios = jnp.maximum(p[..., None, :] / safe_p[..., :, None], q[..., None, :] / safe_q[..., :, None])
+    return jnp.sum(jnp.where(both, 1.0 / jnp.sum(ratios, axis=-1), 0.0), axis=-1)
+
+
 # ---------------------------------------------------------------------------
 # Watermark strength (Def. 3.1, Thm 3.2)
 # ---------------------------------------------------------------------------
@@ -197,6 +212,7 @@ __all__ = [
     "kl_divergence",
     "total_variation",
     "max_sampling_efficiency",
+    "gumbel_coupling_acceptance",
     "watermark_strength",
     "watermark_strength_degenerate",
     "expected_entropy_degenerate",

@@ -457,3 +457,18 @@ def test_bad_inputs_are_refused_with_clear_errors():
         tprobs.token_probs_from_distributions(tokens, dist[:, :-1])
     out = tprobs.token_probs_from_distributions(tokens, dist, dist, vocab_size=VOCAB)
     assert np.allclose(out.target[:, 1:], 1.0 / VOCAB) and np.allclose(out.rejection[:, 1:, 0, -1], 1.0)
+
+
+def test_the_models_replay_the_draft_at_its_own_temperature():
+    """A text drafted with Q at its own temperature (``Setting.draft_temperature``) is replayed with that Q;
+    P keeps the text's temperature."""
+    tokens = np.random.default_rng(9).integers(0, VOCAB, size=(3, 12)).astype(np.int32)
+    same = model_scores.token_probs(PAIR, tokens, starts=2, temperature=TEMPERATURE, batch_size=3)
+    own = model_scores.token_probs(PAIR, tokens, starts=2, temperature=TEMPERATURE, draft_temperature=1.5,
+                                   batch_size=3)
+    prev, cur = tokens[:, 1:-1], tokens[:, 2:]
+    np.testing.assert_allclose(own.target[:, 2:], tempered(P_TAB)[prev, cur], rtol=1e-5)
+    np.testing.assert_allclose(own.draft[:, 2:, 0], tempered(Q_TAB, 1.5)[prev, cur], rtol=1e-5)
+    np.testing.assert_allclose(same.draft[:, 2:, 0], tempered(Q_TAB)[prev, cur], rtol=1e-5)
+    with pytest.raises(ValueError, match="draft_temperature must be >= 0"):
+        model_scores.token_probs(PAIR, tokens, draft_temperature=-1.0)

@@ -124,6 +124,9 @@ def define_flags(fv: flags.FlagValues) -> None:
                          "detection), not by context; 0: by context", lower_bound=0, flag_values=fv)
     flags.DEFINE_float("temperature", DEFAULTS["temperature"], "sampling temperature of P and Q", lower_bound=0.0,
                        flag_values=fv)
+    flags.DEFINE_float("draft_temperature", None, "the draft's own temperature for Q (speculative methods; the "
+                       "text's law stays P at --temperature, Thm 4.1); default: --temperature", lower_bound=0.0,
+                       flag_values=fv)
     flags.DEFINE_integer("top_k", 0, "top-k of P and Q (0: none)", lower_bound=0, flag_values=fv)
     flags.DEFINE_integer("max_new_tokens", 128, "most generated tokens per text", lower_bound=1, flag_values=fv)
     flags.DEFINE_integer("max_prompt_tokens", 256, "longest prompt (tokens)", lower_bound=1, flag_values=fv)
@@ -218,12 +221,16 @@ def _setting(fv, stderr):
     from wmspec_jax import decoders, multidraft, speculative
     from wmspec_jax.setting import Setting
 
-    if not math.isfinite(fv.temperature):
-        raise InputError(f"--temperature must be a finite number >= 0, got {fv.temperature}")
-    try:
-        decoders.check_temperature(fv.temperature)
-    except ValueError as e:
-        raise InputError(f"--temperature: {e}") from None
+    for name in ("temperature", "draft_temperature"):
+        value = fv[name].value
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            raise InputError(f"--{name} must be a finite number >= 0, got {value}")
+        try:
+            decoders.check_temperature(value)
+        except ValueError as e:
+            raise InputError(f"--{name}: {e}") from None
     method = speculative.METHODS[fv.method]
     drafts = _drafts(fv)
     shape = multidraft.parse_shape(drafts)
@@ -247,7 +254,8 @@ def _setting(fv, stderr):
         warnings.simplefilter("always")
         try:
             setting = Setting.from_shape(fv.method, decoder, k, drafts, draft_decoder=draft,
-                                         temperature=fv.temperature, top_k=fv.top_k or None,
+                                         temperature=fv.temperature, draft_temperature=fv.draft_temperature,
+                                         top_k=fv.top_k or None,
                                          context_width=fv.context_width, key_sequence=fv.key_sequence)
         except (ValueError, TypeError) as e:
             raise InputError(_rule_flags(fv, str(e)) + str(e)) from None

@@ -204,10 +204,12 @@ class TextSettings:
     kgw_gamma: float
     prompt: tuple
     prompt_from: str
+    draft_temperature: Optional[float] = None
 
     @property
     def group(self) -> tuple:
-        return (self.method, self.lookahead, self.temperature, self.top_k, self.kgw_delta, self.kgw_gamma)
+        return (self.method, self.lookahead, self.temperature, self.draft_temperature, self.top_k, self.kgw_delta,
+                self.kgw_gamma)
 
 
 KINDS = {"method": (lambda v: isinstance(v, str), "a method name"),
@@ -332,7 +334,8 @@ def text_settings(scorer: ModelScorer, line, options: scoring.ScoringOptions) ->
     if not isinstance(method, str) or method not in methods_lib.METHODS:
         raise lines_lib.LineError(f"{where}: unknown method {str(method)[:40]!r}")
     spec = methods_lib.METHODS[method]
-    method = method if spec.watermarks else "basic"  # nothing embedded: the target stream's exact test
+    # nothing embedded: the target stream's exact test; a coupled text is the basic watermark's
+    method = methods_lib.detected_as(method) if spec.watermarks else "basic"
     speculative = methods_lib.METHODS[method].speculative
     lookahead = _setting(scorer, record, where, "lookahead", assumed) if speculative else None
     temperature = float(_setting(scorer, record, where, "temperature", assumed))
@@ -340,6 +343,10 @@ def text_settings(scorer: ModelScorer, line, options: scoring.ScoringOptions) ->
         raise lines_lib.LineError(f"{where}: temperature {temperature}: every distribution is one-hot, nothing "
                                   "to detect with --model")
     top_k = _setting(scorer, record, where, "top_k", assumed)
+    draft_temperature = record.get("draft_temperature") if speculative else None
+    if draft_temperature is not None and not _valid("temperature", draft_temperature):
+        raise lines_lib.LineError(f"{where}: field 'draft_temperature' must be a number >= 0, got "
+                                  f"{str(draft_temperature)[:40]}")
     delta = float(_setting(scorer, record, where, "kgw_delta", assumed)) if line.decoder == "kgw" else 0.0
     gamma = options.kgw_gamma if options.kgw_gamma is not None else line.kgw_gamma
     gamma = DEFAULTS["kgw_gamma"] if gamma is None else float(gamma)
@@ -353,7 +360,8 @@ def text_settings(scorer: ModelScorer, line, options: scoring.ScoringOptions) ->
         scorer.note("assumed", f"texts that do not record their settings (first: {where}) are scored with "
                     f"wmspec-generate's defaults {shown} (--{' / --'.join(assumed)})")
     return TextSettings(method, None if lookahead in (None, 0) else int(lookahead), temperature,
-                        None if top_k in (None, 0) else int(top_k), delta, gamma, prompt, prompt_from)
+                        None if top_k in (None, 0) else int(top_k), delta, gamma, prompt, prompt_from,
+                        None if draft_temperature in (None, temperature) else float(draft_temperature))
 
 
 def _bucket(n: int, low: int = 32) -> int:
@@ -394,7 +402,8 @@ def _score_batch(scorer: ModelScorer, secret, rows: Sequence, settings: Sequence
     modulus = model_assisted.spike_modulus(green_list_size(s.kgw_gamma, vocab) / vocab, bias) if kgw else None
     drafted = methods_lib.METHODS[s.method].speculative and not kgw
     probs = model_scores.token_probs(scorer.pair, tokens, lengths=lengths, starts=starts, temperature=s.temperature,
-                                     top_k=s.top_k, lookahead=s.lookahead if drafted else None, with_draft=drafted,
+                                     draft_temperature=s.draft_temperature, top_k=s.top_k,
+                                     lookahead=s.lookahead if drafted else None, with_draft=drafted,
                                      spike_modulus=modulus, batch_size=scorer.batch_size)
     try:
         scores = model_assisted.score_model_assisted(stats, probs, method=s.method, lookahead=s.lookahead,
@@ -414,6 +423,8 @@ def _result(scorer: ModelScorer, line, s: TextSettings, provenance, score, n: in
     """One text's model-assisted result, in the shape of :func:`.scoring.detector_result`."""
     settings = {"method": s.method, "lookahead": s.lookahead, "temperature": s.temperature, "top_k": s.top_k,
                 "model": scorer.pair.name, "prompt": s.prompt_from}
+    if s.draft_temperature is not None:
+        settings["draft_temperature"] = s.draft_temperature
     if line.decoder == "kgw":
         settings.update(kgw_gamma=s.kgw_gamma, kgw_delta=s.kgw_delta)
     short = n < options.min_tokens

@@ -286,7 +286,7 @@ class Rule:
                          "kgw_gamma"):
                 if s.get(name) is not None:
                     out[name] = s[name]
-            for name in ("method", "lookahead", "temperature", "top_k", "kgw_delta"):  # what the models replay
+            for name in ("method", "lookahead", "temperature", "draft_temperature", "top_k", "kgw_delta"):  # replayed
                 if name in s:
                     out[name] = s[name]
             out["prf_version"] = dep.prf_version

@@ -21,10 +21,12 @@ from wmspec_jax.sources import SOURCE_DRAFT, SOURCE_RESIDUAL, SOURCE_TARGET
 
 
 def check_method(method: str) -> methods_lib.Method:
-    """The :class:`wmspec_jax.methods.Method` named ``method``; it must watermark some token."""
+    """The :class:`wmspec_jax.methods.Method` whose texts ``method``'s texts are for detection
+    (:func:`wmspec_jax.methods.detected_as`: ``coupled`` texts are the basic watermark's); it must
+    watermark some token."""
     if method not in methods_lib.METHODS:
         raise ValueError(f"unknown method {method!r}; known: {', '.join(methods_lib.METHODS)}")
-    m = methods_lib.METHODS[method]
+    m = methods_lib.METHODS[methods_lib.detected_as(method)]
     if not m.watermarks:
         raise ValueError(f"method {method!r} watermarks no token: nothing to detect")
     return m

@@ -87,10 +87,9 @@ from typing import Optional
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import methods as methods_lib
 from wmspec_jax.decoders import green_list_size
 from wmspec_jax.detect.common import Scores
-from wmspec_jax.detect.draft_routes import StreamPosterior, draft_posterior
+from wmspec_jax.detect.draft_routes import StreamPosterior, check_method, draft_posterior
 from wmspec_jax.detect.exact_tails import geometric_sum_log_cdf, lattice_test
 from wmspec_jax.detect.kgw import GreenCount
 from wmspec_jax.detect.provenance import Provenance, ProvenanceMismatch, check_compatible
@@ -321,7 +320,7 @@ def score_synthid_model_assisted(stats: SynthIDStats, token_probs: TokenProbs, *
     m = int(np.shape(stats.g_target)[-1])
     post = draft_posterior(stats.u, tp, method, mask=mask, valid=_generated_positions(stats), lookahead=lookahead,
                            source=source)
-    speculative = methods_lib.METHODS[method].speculative
+    speculative = check_method(method).speculative
     variants = max(tp.draft_variants, 1)
     moments = []
     for name in ("collision", "cube"):

@@ -31,12 +31,13 @@ def pvalues_by_length(pair, decoder: str, rows: TextRows, run, lengths: Sequence
                       top_k=None, batch_size: int = 4) -> dict:
     """{n: float64[N] each row's model-assisted p-value on its first n generated tokens} for texts scored as
     ``run`` (a :class:`wmspec_jax.lab.runs.RunSpec`: its method, K and temperature) generated them."""
-    speculative = methods.METHODS[run.method].speculative and run.lookahead > 0
+    speculative = methods.METHODS[methods.detected_as(run.method)].speculative and run.lookahead > 0
     lookahead = run.lookahead if speculative else None
     stats = detect.statistics(WatermarkDecoder.from_name(decoder, num_layers), rows, rows.keys,
                               vocab_size=pair.vocab_size)
     probs = model_scores.token_probs(pair, rows.tokens, lengths=rows.lengths, starts=rows.starts,
-                                     temperature=run.temperature, top_k=top_k, lookahead=lookahead,
+                                     temperature=run.temperature, draft_temperature=run.setting.draft_temperature,
+                                     top_k=top_k, lookahead=lookahead,
                                      with_draft=speculative, batch_size=batch_size)
     return {int(n): np.asarray(detect.score_model_assisted(detect.truncate(stats, n), probs, method=run.method,
                                                            lookahead=lookahead).pvalue, np.float64)

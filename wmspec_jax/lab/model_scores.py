@@ -36,8 +36,10 @@ from wmspec_jax.detect import token_probs as tprobs
 from wmspec_jax.models.pairs import ModelPair
 
 
-@functools.partial(jax.jit, static_argnames=("target", "draft", "temperature", "top_k", "variants"))
-def _distributions(target, draft, target_params, draft_params, tokens, temperature, top_k, variants):
+@functools.partial(jax.jit, static_argnames=("target", "draft", "temperature", "draft_temperature", "top_k",
+                                             "variants"))
+def _distributions(target, draft, target_params, draft_params, tokens, temperature, draft_temperature, top_k,
+                   variants):
     """(P [B, T, V], Q [B, T, S, V] or None) float32: entry t is the distribution of token t (entry 0 and
     entries no step can reach: a uniform filler). ``tokens`` carry ``variants`` padding tokens at the end."""
     bsz, width = tokens.shape
@@ -52,8 +54,11 @@ def _distributions(target, draft, target_params, draft_params, tokens, temperatu
         logits, _ = target.step(target_params, target.init_cache(bsz, length), text, num)
     filler = jnp.full((bsz, 1, vocab), 1.0 / vocab, jnp.float32)
 
-    def dense(x):
+    def dense(x, temperature=temperature):
         return candidates.to_dense(candidates.from_logits(x, temperature, top_k), vocab)
+
+    def draft_dense(x):  # Q at the draft's own temperature (Setting.draft_temperature)
+        return dense(x, draft_temperature)
 
     p = jnp.concatenate([filler, dense(logits[:, :-1])], axis=1)
     if draft is None:
@@ -61,10 +66,10 @@ def _distributions(target, draft, target_params, draft_params, tokens, temperatu
     draft_cache = draft.init_cache(bsz, width)
     if not reads_features:
         draft_logits = draft.step(draft_params, draft_cache, text, num)[0]
-        return p, jnp.concatenate([filler, dense(draft_logits[:, :-1])], axis=1)[:, :, None]
+        return p, jnp.concatenate([filler, draft_dense(draft_logits[:, :-1])], axis=1)[:, :, None]
     features = jnp.concatenate([jnp.zeros_like(hidden[:, :1]), hidden[:, :-1]], axis=1).astype(jnp.float32)
     draft_logits, draft_hidden, draft_cache = draft.step(draft_params, draft_cache, text, num, features)
-    first = jnp.concatenate([filler, dense(draft_logits[:, :-1])], axis=1)
+    first = jnp.concatenate([filler, draft_dense(draft_logits[:, :-1])], axis=1)
     if variants == 1:
         return p, first[:, :, None]
 
@@ -75,7 +80,7 @@ def _distributions(target, draft, target_params, draft_params, tokens, temperatu
         for s in range(variants - 1):
             token = jax.lax.dynamic_slice_in_dim(tokens, n + s, 1, axis=1)
             step_logits, carry, cache = draft.step(draft_params, cache, token, jnp.ones((bsz,), jnp.int32), carry)
-            out.append(dense(step_logits[:, 0]))
+            out.append(draft_dense(step_logits[:, 0]))
         return jnp.stack(out, axis=1)  # [B, S − 1, V]: variant s + 1 at position n + s + 1
 
     later = jax.lax.map(later_drafts, jnp.arange(1, length, dtype=jnp.int32))  # [T − 1, B, S − 1, V]
@@ -88,7 +93,8 @@ def _distributions(target, draft, target_params, draft_params, tokens, temperatu
 
 
 def token_probs(pair: ModelPair, tokens, *, lengths=None, starts=None, temperature: float = 1.0,
-                top_k: Optional[int] = None, lookahead: Optional[int] = None, with_draft: bool = True,
+                draft_temperature: Optional[float] = None, top_k: Optional[int] = None,
+                lookahead: Optional[int] = None, with_draft: bool = True,
                 spike_modulus: Optional[float] = None, batch_size: int = 4) -> tprobs.TokenProbs:
     """Per-position model probabilities of texts (module doc), for :mod:`wmspec_jax.detect.model_assisted`.
 
@@ -98,6 +104,7 @@ def token_probs(pair: ModelPair, tokens, *, lengths=None, starts=None, temperatu
       lengths: int[B] valid lengths (default L); starts: int or int[B] the prompt lengths (first
         described position; default 1).
       temperature, top_k: as generation used them (``SpeculativeConfig``).
+      draft_temperature: Q's own temperature, as generation used it (None: ``temperature``).
       lookahead: the generator's K: a draft that reads the target's hidden states gets its K in-step
         variants (module doc); None (or a draft that reads tokens only): one variant.
       with_draft: also run the draft (speculative methods); False for the basic watermark.
@@ -113,8 +120,10 @@ def token_probs(pair: ModelPair, tokens, *, lengths=None, starts=None, temperatu
         raise TypeError(f"tokens must be int[B, L], got {tok.dtype}{list(tok.shape)}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if not float(temperature) >= 0.0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    for name, value in (("temperature", temperature), ("draft_temperature", draft_temperature)):
+        if value is not None and not float(value) >= 0.0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    draft_temperature = float(temperature if draft_temperature is None else draft_temperature)
     if lookahead is not None and (isinstance(lookahead, bool) or not isinstance(lookahead, (int, np.integer))
                                   or lookahead < 1):
         raise ValueError(f"lookahead must be the generator's K (an int >= 1) or None, got {lookahead!r}")
@@ -131,7 +140,7 @@ def token_probs(pair: ModelPair, tokens, *, lengths=None, starts=None, temperatu
         take = tok[rows]
         chunk[: take.shape[0], :length] = np.where((take >= 0) & (take < pair.vocab_size), take, 0)
         p, q = _distributions(pair.target, draft, pair.target_params, draft_params, jnp.asarray(chunk),
-                              float(temperature), None if top_k is None else int(top_k), variants)
+                              float(temperature), draft_temperature, None if top_k is None else int(top_k), variants)
         n = take.shape[0]
         parts.append(tprobs.token_probs_from_distributions(
             take, np.asarray(p)[:n], None if q is None else np.asarray(q)[:n], lengths=lens[rows], starts=st[rows],

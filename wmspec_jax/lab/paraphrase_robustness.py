@@ -102,7 +102,8 @@ def _pvalues(dec: str, run, texts: TextRows, detector, pair, settings, min_windo
                               starts=texts.starts)
     speculative = run.method != "basic"
     probs = model_scores.token_probs(pair, texts.tokens, lengths=texts.lengths, starts=texts.starts,
-                                     temperature=run.temperature, top_k=settings.top_k,
+                                     temperature=run.temperature, draft_temperature=run.setting.draft_temperature,
+                                     top_k=settings.top_k,
                                      lookahead=run.lookahead if speculative else None, with_draft=speculative)
     assisted = detect.score_model_assisted(stats, probs, method=run.method,
                                            lookahead=run.lookahead if speculative else None)

@@ -68,11 +68,15 @@ class RunSpec:
       decoder: a :data:`wmspec_jax.decoders.DECODER_NAMES` name (the paper's experiments use
         ``"gumbel"`` and ``"synthid"``; the others take their default settings).
       lookahead: K (0 for non-speculative methods).
-      temperature: applied to P and Q alike.
+      temperature: applied to P, and to Q unless ``draft_temperature`` is given.
       num_layers: SynthID's m (ignored for Gumbel-max).
       drafts: the draft shape (:func:`wmspec_jax.multidraft.parse_shape`): ``"1"`` one
         chain (the paper's), ``"n"`` n chains, ``"3x2x1"`` a static tree (its depth is
         K); a trailing ``"d"`` draws siblings without replacement.
+      draft_temperature: Q's temperature when it differs from ``temperature`` (None: the same;
+        :class:`~wmspec_jax.setting.Setting`); the name then ends in ``-Q<temperature>``.
+      draft_label: names the draft when an experiment compares drafts of one target (the name, and so
+        the texts' keys, then end in ``@<label>``); "" (default): the pair's one draft.
       setting: the :class:`~wmspec_jax.setting.Setting` these spell (built and checked once).
     """
 
@@ -82,16 +86,20 @@ class RunSpec:
     temperature: float
     num_layers: int = 30
     drafts: str = "1"
+    draft_temperature: Optional[float] = None
+    draft_label: str = ""
     setting: setting_lib.Setting = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.decoder not in DECODER_KINDS:
             raise ValueError(f"decoder must be one of {DECODER_KINDS}, got {self.decoder!r}")
+        if not isinstance(self.draft_label, str) or not all(c.isalnum() or c in "._-" for c in self.draft_label):
+            raise ValueError(f"draft_label must be letters, digits, '.', '_' or '-', got {self.draft_label!r}")
         if not isinstance(self.drafts, str):
             raise ValueError(f"drafts must be a draft shape like '1', '3' or '3x2x1d', got {self.drafts!r}")
         object.__setattr__(self, "setting", setting_lib.Setting.from_shape(  # validates method / K / temperature
             self.method, decoders.WatermarkDecoder.from_name(self.decoder, self.num_layers), self.lookahead,
-            self.drafts, temperature=self.temperature))
+            self.drafts, temperature=self.temperature, draft_temperature=self.draft_temperature))
         spec = self.setting.spec
         if self.temperature == 0 and (spec.watermark_target or spec.watermark_draft):
             warnings.warn(f"run {self.name}: at temperature 0 every distribution is one-hot, so no watermark is "
@@ -100,7 +108,10 @@ class RunSpec:
     @property
     def name(self) -> str:
         name = f"{self.method}-{self.watermark_decoder.run_tag}-K{self.lookahead}-T{self.temperature:g}"
-        return name if self.drafts == "1" else f"{name}-D{self.drafts}"
+        name = name if self.drafts == "1" else f"{name}-D{self.drafts}"
+        q = self.setting.draft_temperature
+        name = name if q is None else f"{name}-Q{q:g}"
+        return f"{name}@{self.draft_label}" if self.draft_label else name
 
     @property
     def siblings(self) -> int:
