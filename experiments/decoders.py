@@ -31,7 +31,7 @@ import time
 from absl import app, flags
 
 from wmspec_jax import decoders
-from experiments import flags as script_flags
+from experiments import table_flags
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.models import pairs
 from wmspec_jax.lab import decoder_comparison as comparison
@@ -46,7 +46,7 @@ flags.DEFINE_list("methods", ["basic", "dathathri", "pseudorandom"], "watermarki
 flags.DEFINE_integer("num_prompts", 32, "answers per (decoder, method)", lower_bound=2)
 flags.DEFINE_integer("max_new_tokens", 96, "tokens per answer (the largest of --lengths is useful)", lower_bound=8)
 flags.DEFINE_list("lengths", ["48", "96"], "numbers of tokens at which TPR and FPR are reported")
-script_flags.define_table_flags("results/decoders", "temperature of P and Q", "K of the speculative methods")
+table_flags.define_table_flags("results/decoders", "temperature of P and Q", "K of the speculative methods")
 FLAGS = flags.FLAGS
 
 
@@ -67,7 +67,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     s = settings_from_flags()
-    secret, source, prompt_set, store = script_flags.start_table([FLAGS.draft])
+    secret, source, prompt_set, store = table_flags.start_table([FLAGS.draft])
     t0 = time.perf_counter()
     pair = pairs.load_pair(FLAGS.target, FLAGS.draft, FLAGS.dtype)
     prompts, prompt_lengths = pairs.encode_prompts(pair, prompt_set.prompts, prompt_set.kind,

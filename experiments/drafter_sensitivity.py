@@ -27,7 +27,7 @@ import time
 
 from absl import app, flags
 
-from experiments import flags as script_flags
+from experiments import table_flags
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.lab import drafter_sensitivity as sensitivity
 from wmspec_jax.lab.harness import script_main
@@ -52,7 +52,7 @@ flags.DEFINE_integer("num_prompts", 64, "answers per cell", lower_bound=2)
 flags.DEFINE_integer("max_new_tokens", 128, "tokens per answer (every answer runs to it: no stop at EOS)",
                      lower_bound=8)
 flags.DEFINE_list("lengths", ["32", "64", "128"], "generated tokens at which TPR and FPR are reported")
-script_flags.define_table_flags("results/drafter_sensitivity", "P's temperature (and Q's outside the sweep)", "K")
+table_flags.define_table_flags("results/drafter_sensitivity", "P's temperature (and Q's outside the sweep)", "K")
 FLAGS = flags.FLAGS
 
 
@@ -81,7 +81,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     s = settings_from_flags()
-    secret, source, prompt_set, store = script_flags.start_table([spec for _, spec in s.drafts])
+    secret, source, prompt_set, store = table_flags.start_table([spec for _, spec in s.drafts])
     t0 = time.perf_counter()
     print(f"secret from {source}; {len(s.draft_settings())} draft settings x {len(s.decoders)} decoders x "
           f"{len(s.methods)} methods, + basic", flush=True)
