@@ -114,7 +114,7 @@ def test_a_method_without_a_watermark_needs_no_key_and_says_so(files, monkeypatc
     (["--decoder=kgw", "--draft_decoder=gumbel"], "it takes no other decoder for the draft"),
     (["--decoder=kgw", "--kgw_gamma=1.5"], "KGW needs gamma in (0, 1), got gamma=1.5 (its settings: --kgw_gamma, --kgw_delta)"),
     (["--method=basic", "--num_drafts=3"], "does not speculate"),
-    (["--method=coupled", "--num_drafts=3"], "drafts one chain with the target's stream"),
+    (["--method=coupled", "--draft_decoder=gumbel"], "--method=coupled draws no watermarked draft token"),
     (["--draft_tree=3x2", "--lookahead=3"], "has 2 depths; lookahead K is 3"),
     (["--draft_tree=3xa"], "expected children per depth"),
     (["--num_drafts=3", "--draft_tree=3x1x1"], "--num_drafts / --draft_tree: give one of them"),

@@ -173,9 +173,7 @@ def test_coupled_acceptance_is_the_gumbel_coupling_probability():
     stats.assert_binomial_rate(int(first_accepted.sum()), n, alpha, "coupled acceptance")
 
 
-def test_coupled_refuses_a_draft_tree_and_a_draft_decoder():
-    with pytest.raises(ValueError, match="num_drafts / draft_tree are not supported"):
-        SpeculativeConfig(method="coupled", lookahead=2, num_drafts=2)
+def test_coupled_refuses_a_draft_decoder():
     with pytest.raises(ValueError, match="draws no watermarked draft token"):
         SpeculativeConfig(method="coupled", lookahead=2, draft_decoder=SYNTH)
 

@@ -40,7 +40,7 @@ SUBMODULES = (
     "batching", "buffers", "candidates", "cli", "context", "decoders", "detect", "interop", "key_sequence", "keys", "lab",
     "lm", "methods",
     "models",
-    "multidraft", "prf", "prf_keys", "prf_numpy", "sampling", "score_law", "score_power", "setting", "sharding", "sources",
+    "multidraft", "prf", "prf_keys", "prf_numpy", "race_tree", "sampling", "score_law", "score_power", "setting", "sharding", "sources",
     "speculative", "stages",
     "storage", "text_record", "textnorm", "theory", "toy", "tradeoff", "user_cache", "validation",
 )

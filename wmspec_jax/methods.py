@@ -30,7 +30,10 @@ depends on Q. The price is acceptance: P(decoder(Q, ζ) = decoder(P, ζ)) ≤ 1 
 Gumbel-max this is the shared exponential race Liu et al. (2026, "Watermarkable multi-draft speculative
 sampling via Poisson processes") call PFR, as their paper describes it for one chain; it is not
 compared with their code. Detection scores its texts as the basic watermark's (:func:`detected_as`):
-every token's ``source`` record is ``target``, the stream it was drawn from.
+every token's ``source`` record is ``target``, the stream it was drawn from. Over a draft tree
+(``num_drafts`` / ``draft_tree``) a node's siblings are the decoder's successive draws with ζ^T from
+Q without the earlier siblings (with Gumbel-max the race's first arrivals, Liu et al.'s MPFR) and the
+text is still the basic watermark's (:mod:`wmspec_jax.race_tree`).
 """
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ def _rows(index: np.ndarray, bsz: int) -> jax.Array:
     return (jnp.arange(bsz, dtype=jnp.int32)[:, None] * r + jnp.asarray(index)[None]).reshape(-1)
 
 
-def _pick(x, path: jax.Array, r: int):
+def pick_path(x, path: jax.Array, r: int):
     """x[b·R + path[b]] for each text b, of an array (or Candidates) with B·R leading rows."""
     def one(a):
         if a is None:
@@ -198,7 +198,7 @@ def _copy_window(tree, chosen: jax.Array, start: jax.Array, size: int, r: int):
         if x is None or x.ndim < 2:
             return x
         window = row_slice(x, rows_start, size)
-        window = jnp.repeat(_pick(window, chosen, r), r, axis=0)
+        window = jnp.repeat(pick_path(window, chosen, r), r, axis=0)
         return row_update(x, rows_start, window)
     return jax.tree_util.tree_map(one, tree)
 
@@ -385,7 +385,8 @@ def draft_tree(st: stages.Static, draft_model: DraftModel, inputs: stages.Inputs
         q = _gather_rows(q, _rows(parent_path(branching, s), bsz))
         sibling = jnp.tile(jnp.asarray(sibling_index(branching, s)), bsz)
         fresh = (stages.is_new_context(st, tokens, pos, path_inputs)
-                 if method.watermark_draft or method.pseudorandom_acceptance else jnp.zeros(pos.shape, bool))
+                 if method.watermark_draft or method.pseudorandom_acceptance or method.coupled
+                 else jnp.zeros(pos.shape, bool))
         token, log_q, marked = draw_children(st, path_inputs, tokens, pos, q, s, sibling, fresh)
         tokens = set_at(tokens, pos, token)
         u = sibling_uniforms(st, path_inputs, tokens, pos, sibling, fresh)
@@ -436,16 +437,16 @@ def walk_node(st: stages.Static, p_node: Candidates, q_node: Candidates, drafts:
     sibling_rec = jnp.zeros((bsz,), jnp.int32)
     for c in range(st.tree[depth]):
         child = parent + c * stride
-        x = _pick(drafts.drafted[:, depth], child, r)
+        x = pick_path(drafts.drafted[:, depth], child, r)
         if st.distinct_drafts or c == 0:  # independent siblings share their node's Q
             q_on_p = _q_on_p(p_node, without_tokens(q_node, excluded))
         excluded.append(x)
-        log_q = _pick(drafts.log_q[:, depth], child, r)
+        log_q = pick_path(drafts.log_q[:, depth], child, r)
         if c == 0:  # as one chain computes it
             log_ratio = candidates.log_prob(p_node, x[:, None])[:, 0] - log_q
         else:
             log_ratio = jnp.log(_prob_at(p_node, residual, x)) - log_q
-        u = _pick(drafts.u[:, depth], child, r)
+        u = pick_path(drafts.u[:, depth], child, r)
         testing = walking & ~accepted
         ok = testing & (jnp.log(u) < log_ratio)
         u_rec = jnp.where(testing, u, u_rec)
@@ -478,7 +479,7 @@ def walk(st: stages.Static, p_tree: Candidates, drafts: TreeDrafts) -> Walk:
     records = []
     for s in range(k):
         p_node = p_at(node, s)
-        node, accepted, residual, *record = walk_node(st, p_node, _pick(drafts.q[s], node, r), drafts, s,
+        node, accepted, residual, *record = walk_node(st, p_node, pick_path(drafts.q[s], node, r), drafts, s,
                                                           node, walking)
         stopped = walking & ~accepted
         weights = jnp.where(stopped[:, None], residual, residual if weights is None else weights)
@@ -503,7 +504,7 @@ def resample(st: stages.Static, inputs: stages.Inputs, state: stages.LoopState, 
     Returns:
       (int32[B, L] the accepted path's buffer, int32[B] token, int8[B] source, bool[B] watermarked record).
     """
-    tokens = _pick(drafts.tokens, walked.node, num_paths(st.tree))
+    tokens = pick_path(drafts.tokens, walked.node, num_paths(st.tree))
     rejected = walked.j < st.lookahead
     token, watermarked = stages.draw_final(st, inputs, walked.weights, walked.ids, tokens, state.n + walked.j,
                                            rejected)
@@ -546,7 +547,7 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
     tokens, final_token, source, final_marked = resample(st, inputs, state, drafts, walked)
     path_nodes = jnp.asarray(tree_layout(st.tree)[1])[walked.node]
     chain = stages.Drafts(tokens=tokens, drafted=None, q=None, log_q=None, fresh=None,
-                          watermarked=_pick(drafts.watermarked, walked.node, r), cache=None, nonfinite=None)
+                          watermarked=pick_path(drafts.watermarked, walked.node, r), cache=None, nonfinite=None)
     target_logits = jnp.take_along_axis(verified.logits, path_nodes[:, :, None], axis=1)
     new = stages.commit(st, inputs, state, tokens, walked.j, final_token, source, final_marked, chain, walked.u,
                         walked.accept_prob, target_logits, siblings=walked.sibling)
@@ -557,6 +558,6 @@ def step(st: stages.Static, target: LanguageModel, draft_model: DraftModel, inpu
 
 
 __all__ = ["MAX_PATHS", "REMAINING_MASS_EPS", "TreeDrafts", "TreeVerified", "Walk", "check_branching", "draft_tree",
-           "draw_children", "initial_state", "keep_path", "num_paths", "parent_path", "parse_shape",
+           "draw_children", "initial_state", "keep_path", "num_paths", "parent_path", "parse_shape", "pick_path",
            "resample", "sibling_index", "sibling_uniforms", "step", "strides", "tree_layout", "verify_tree", "walk",
            "walk_node", "without_tokens"]

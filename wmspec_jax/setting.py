@@ -176,14 +176,12 @@ class Setting:
                                               else (self.num_drafts,) + (1,) * (self.lookahead - 1), self.lookahead)
             if self.decoder.biased:
                 raise ValueError("a biased decoder (KGW) is not supported with num_drafts / draft_tree")
-            if spec.coupled:
-                raise ValueError(f"method {self.method!r} drafts one chain with the target's stream: num_drafts / "
-                                 "draft_tree are not supported")
             fix("num_drafts", 1)
             fix("draft_tree", tree if multidraft.num_paths(tree) > 1 else None)
         if not isinstance(self.distinct_drafts, (bool, np.bool_)):
             raise TypeError(f"distinct_drafts must be a bool, got {self.distinct_drafts!r}")
-        fix("distinct_drafts", bool(self.distinct_drafts) and self.draft_tree is not None)
+        # a coupled tree's siblings are the first arrivals of one race: distinct by construction
+        fix("distinct_drafts", (bool(self.distinct_drafts) or spec.coupled) and self.draft_tree is not None)
 
     def _warn_greedy(self) -> None:
         # stacklevel 4: the caller of the constructor (this method, __post_init__, __init__ in between)

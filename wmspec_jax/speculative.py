@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from wmspec_jax import executable_store, multidraft, prf, sampling, stages, validation
+from wmspec_jax import executable_store, multidraft, prf, race_tree, sampling, stages, validation
 from wmspec_jax.lm import DraftModel, LanguageModel
 from wmspec_jax.methods import METHODS  # noqa: F401  (callers read speculative.METHODS)
 from wmspec_jax.setting import MAX_LOOKAHEAD, SpeculativeConfig
@@ -111,7 +111,7 @@ def _generate_core(target: LanguageModel, draft: Optional[DraftModel], config: S
         keys = jnp.broadcast_to(keys, (bsz,) + keys.shape)
     inputs = stages.Inputs(target_params, draft_params, keys, sampling.row_words(rng, bsz),
                            prompt_lengths.astype(jnp.int32))
-    loop = multidraft if st.tree is not None else stages
+    loop = stages if st.tree is None else race_tree if st.method.coupled else multidraft
     state = loop.initial_state(st, target, draft, inputs, prompts.astype(jnp.int32), config.pad_id)
     state = jax.lax.while_loop(lambda s: ~jnp.all(s.done),
                                lambda s: loop.step(st, target, draft, inputs, s), state)

@@ -75,6 +75,45 @@ def gumbel_coupling_acceptance(q: jax.Array, p: jax.Array) -> jax.Array:
     return jnp.sum(jnp.where(both, 1.0 / jnp.sum(ratios, axis=-1), 0.0), axis=-1)
 
 
+
+def gumbel_race_top_b_acceptance(q, p, b: int) -> float:
+    """P(the target's Gumbel-max draw is among the first ``b`` tokens of the draft's race with the same
+    uniforms) for float[V] Q and P: the acceptance at a node with ``b`` children of the ``coupled``
+    method over a tree (:mod:`wmspec_jax.race_tree`, MPFR); ``b = 1`` is :func:`gumbel_coupling_acceptance`.
+
+    With E_w = −log r_w i.i.d. Exp(1), the target draws v at time t = E_v / P_v with density P_v e^{−t}
+    (the other E_w > t P_w); given that, E_w − t P_w is again Exp(1), so w ≠ v arrives before v in the
+    draft's race (E_w / Q_w < t P_v / Q_v) with probability 1 − exp(−t max(0, P_v Q_w / Q_v − P_w)),
+    independently over w. The acceptance is Σ_v P_v ∫ e^{−t} P(fewer than b such w) dt: a
+    Poisson-binomial count in t, integrated numerically (SciPy's ``quad``; NumPy, float64, not jit-able).
+    """
+    from scipy import integrate
+
+    p, q = np.asarray(p, np.float64), np.asarray(q, np.float64)
+    if p.shape != q.shape or p.ndim != 1:
+        raise ValueError(f"p and q must be float[V] of one shape, got {p.shape} and {q.shape}")
+    if not isinstance(b, (int, np.integer)) or b < 1:
+        raise ValueError(f"b must be a positive int, got {b!r}")
+    total = 0.0
+    for v in np.flatnonzero((p > 0) & (q > 0)):
+        rates = np.maximum(0.0, p[v] * q / q[v] - p)
+        rates = rates[(rates > 0) & (np.arange(p.size) != v)]
+        if rates.size < b:  # fewer than b tokens can arrive before v
+            total += p[v]
+            continue
+
+        def integrand(t, rates=rates):
+            before = -np.expm1(-rates * t)
+            count = np.zeros(b)  # P(exactly c of the first w arrive before v), c < b
+            count[0] = 1.0
+            for pw in before:
+                count[1:] = count[1:] * (1.0 - pw) + count[:-1] * pw
+                count[0] *= 1.0 - pw
+            return np.exp(-t) * count.sum()
+
+        total += p[v] * integrate.quad(integrand, 0.0, np.inf, epsabs=1e-12, epsrel=1e-10, limit=200)[0]
+    return float(total)
+
 # ---------------------------------------------------------------------------
 # Watermark strength (Def. 3.1, Thm 3.2)
 # ---------------------------------------------------------------------------
@@ -213,6 +252,7 @@ __all__ = [
     "total_variation",
     "max_sampling_efficiency",
     "gumbel_coupling_acceptance",
+    "gumbel_race_top_b_acceptance",
     "watermark_strength",
     "watermark_strength_degenerate",
     "expected_entropy_degenerate",
