@@ -49,6 +49,27 @@ def test_a_row_is_the_same_sum_whatever_the_other_rows():
 
 
 @needs_kernel
+def test_products_sharing_their_rows_are_each_products_sum():
+    """One call for a layer's q, k and v (or gate and up) gives each matrix's product bit for bit, for
+    matrices too small to share out alone and large ones split over the threads, and differentiates
+    like the separate products."""
+    rng = np.random.default_rng(3)
+    for rows in (1, 4):
+        x = jnp.asarray(rng.standard_normal((rows, 577)), jnp.float32)
+        ws = [jnp.asarray(rng.standard_normal((n, 577)), jnp.float32) for n in (3000, 40, 1537)]
+        together = jax.jit(lambda x, *ws: rows_matmul.rows_matmul_many(x, ws))(x, *ws)
+        assert len(together) == 3
+        for w, got in zip(ws, together):
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.jit(rows_matmul.rows_matmul)(x, w)))
+    x, w1, w2 = _operands(3, 40, 24, seed=4) + (_operands(3, 40, 16, seed=5)[1],)
+    got = jax.grad(lambda x, a, b: sum(jnp.sum(jnp.sin(y)) for y in rows_matmul.rows_matmul_many(x, (a, b))),
+                   argnums=(0, 1, 2))(x, w1, w2)
+    want = jax.grad(lambda x, a, b: jnp.sum(jnp.sin(x @ a.T)) + jnp.sum(jnp.sin(x @ b.T)), argnums=(0, 1, 2))(x, w1, w2)
+    for g, v in zip(got, want):
+        np.testing.assert_allclose(g, v, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
 def test_the_kernel_differentiates_and_maps_like_the_product():
     x, w = _operands(3, 40, 24, seed=2)
 

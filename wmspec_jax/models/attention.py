@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from wmspec_jax.models.config import TransformerConfig
-from wmspec_jax.models.linear import linear
+from wmspec_jax.models.linear import linear, linear_many
 from wmspec_jax.models.norms import rms_norm
 from wmspec_jax.models.rope import apply_rope
 
@@ -49,11 +49,17 @@ from wmspec_jax.models.rope import apply_rope
 DEFAULT_BLOCK = 256
 
 
-def _project(config, h, lp, name, bias, heads, head_dim):
-    out = linear(h, lp[name], config)
-    if bias is not None:
-        out = out + lp[bias]
-    return out.reshape(h.shape[0], h.shape[1], heads, head_dim)
+def _projections(config: TransformerConfig, h: jax.Array, lp: dict):
+    """q [B, T, H, Dh], k and v [B, T, Hkv, Dh] of the normed input (one product call for the three)."""
+    b, t, _ = h.shape
+    heads = {"q": config.num_heads, "k": config.num_kv_heads, "v": config.num_kv_heads}
+    outs = linear_many(h, (lp["wq"], lp["wk"], lp["wv"]), config)
+    projected = []
+    for name, out in zip("qkv", outs):
+        if config.qkv_bias:
+            out = out + lp["b" + name]
+        projected.append(out.reshape(b, t, heads[name], config.head_dim))
+    return projected
 
 
 def attention(config: TransformerConfig, h: jax.Array, lp: dict, window: int,
@@ -78,11 +84,8 @@ def attention(config: TransformerConfig, h: jax.Array, lp: dict, window: int,
       (dtype[B, T, D] attention output after ``wo``, k_cache, v_cache).
     """
     b, t, _ = h.shape
-    nh, nkv, dh = config.num_heads, config.num_kv_heads, config.head_dim
-    bias = config.qkv_bias
-    q = _project(config, h, lp, "wq", "bq" if bias else None, nh, dh)
-    k = _project(config, h, lp, "wk", "bk" if bias else None, nkv, dh)
-    v = _project(config, h, lp, "wv", "bv" if bias else None, nkv, dh)
+    nh, dh = config.num_heads, config.head_dim
+    q, k, v = _projections(config, h, lp)
     if config.qk_norm:
         q = rms_norm(q, lp["q_norm"], config.rms_norm_eps)
         k = rms_norm(k, lp["k_norm"], config.rms_norm_eps)

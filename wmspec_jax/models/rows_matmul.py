@@ -192,21 +192,39 @@ def _xla_product(rows: jax.Array, w: jax.Array) -> jax.Array:
     return jax.lax.optimization_barrier(out).T
 
 
-def _kernel_call(rows: jax.Array, w: jax.Array) -> jax.Array:
-    out = jax.ShapeDtypeStruct((rows.shape[0], w.shape[0]), jnp.float32)
-    return jax.ffi.ffi_call(TARGET, out, vmap_method="sequential")(rows, w)
+def _xla_products(rows: jax.Array, *ws: jax.Array) -> tuple:
+    return tuple(_xla_product(rows, w) for w in ws)
+
+
+def _kernel_call(rows: jax.Array, *ws: jax.Array) -> tuple:
+    outs = [jax.ShapeDtypeStruct((rows.shape[0], w.shape[0]), jnp.float32) for w in ws]
+    return tuple(jax.ffi.ffi_call(TARGET, outs, vmap_method="sequential")(rows, *ws))
 
 
 @jax.custom_jvp
-def _kernel_product(rows: jax.Array, w: jax.Array) -> jax.Array:
-    return jax.lax.platform_dependent(rows, w, cpu=_kernel_call, default=_xla_product)
+def _kernel_products(rows: jax.Array, *ws: jax.Array) -> tuple:
+    return jax.lax.platform_dependent(rows, *ws, cpu=_kernel_call, default=_xla_products)
 
 
-@_kernel_product.defjvp
-def _kernel_product_jvp(primals, tangents):
-    rows, w = primals
-    d_rows, d_w = tangents
-    return _kernel_product(rows, w), d_rows @ w.T + rows @ d_w.T
+@_kernel_products.defjvp
+def _kernel_products_jvp(primals, tangents):
+    rows, *ws = primals
+    d_rows, *d_ws = tangents
+    return _kernel_products(rows, *ws), tuple(d_rows @ w.T + rows @ d_w.T for w, d_w in zip(ws, d_ws))
+
+
+def rows_matmul_many(rows: jax.Array, ws) -> tuple:
+    """``tuple(rows @ w.T for w in ws)``: float32[M, in] rows times float32[out_j, in] matrices that share
+    them (a layer's q, k and v projections; its gate and up), float32[M, out_j] each.
+
+    One kernel call for all of them on CPU when each is :func:`usable` (module doc): the pool is woken
+    once and its threads share the rows of every matrix; each output is the sum :func:`rows_matmul`
+    computes, bit for bit. Else XLA's product of each in the weight-first form.
+    """
+    ws = tuple(ws)
+    if ws and all(usable(rows, w) for w in ws):
+        return _kernel_products(rows, *ws)
+    return _xla_products(rows, *ws)
 
 
 def rows_matmul(rows: jax.Array, w: jax.Array) -> jax.Array:
@@ -214,10 +232,8 @@ def rows_matmul(rows: jax.Array, w: jax.Array) -> jax.Array:
 
     The kernel on CPU when :func:`usable` (module doc), else XLA's product in the weight-first form.
     """
-    if usable(rows, w):
-        return _kernel_product(rows, w)
-    return _xla_product(rows, w)
+    return rows_matmul_many(rows, (w,))[0]
 
 
 __all__ = ["ENV_VAR", "MAX_ROWS", "TARGET", "enabled", "fingerprint", "library", "problem", "rows_matmul",
-           "usable"]
+           "rows_matmul_many", "usable"]

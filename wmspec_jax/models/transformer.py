@@ -55,7 +55,7 @@ import jax.numpy as jnp
 from wmspec_jax.models.attention import DEFAULT_BLOCK, attention
 from wmspec_jax.models.cache import KVCache
 from wmspec_jax.models.config import TransformerConfig
-from wmspec_jax.models.linear import MATRICES, linear
+from wmspec_jax.models.linear import MATRICES, linear, linear_many
 from wmspec_jax.models.norms import rms_norm as _rms_norm
 
 Params = dict
@@ -67,12 +67,12 @@ def rms_norm(x: jax.Array, w: jax.Array, config: TransformerConfig) -> jax.Array
 
 
 def _mlp(h: jax.Array, lp: Params, config: TransformerConfig) -> jax.Array:
-    gate = linear(h, lp["w_gate"], config)
+    gate, up = linear_many(h, (lp["w_gate"], lp["w_up"]), config)
     if config.gemma_style:
         act = jax.nn.gelu(gate, approximate=True)
     else:
         act = jax.nn.silu(gate)
-    return linear(act * linear(h, lp["w_up"], config), lp["w_down"], config)
+    return linear(act * up, lp["w_down"], config)
 
 
 def hidden_states(config: TransformerConfig, params: Params, tokens: jax.Array,

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -93,39 +94,64 @@ void Range(const float* w, const float* x, float* y, int64_t rows, int64_t in, i
   }
 }
 
-// Chunks of output rows are claimed from a counter by the calling thread and by the tasks given to
-// the pool; a task that starts late finds none left. The caller never waits for a chunk nobody has
-// claimed, so a busy or one-thread pool cannot stall it.
+// Chunks of output rows (of any of the call's matrices) are claimed from a counter by the calling
+// thread and by the tasks given to the pool; a task that starts late finds none left. The caller never
+// waits for a chunk nobody has claimed, so a busy or one-thread pool cannot stall it.
+struct Chunk {
+  const float* w;
+  float* y;
+  int64_t in, out, o0, o1;
+};
+
 struct Work {
+  std::vector<Chunk> chunks;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> done{0};
 };
 
-ffi::Error RowsMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Buffer<ffi::F32> w,
-                      ffi::ResultBuffer<ffi::F32> y) {
+// y_j = x w_j^T for every matrix w_j [out_j, in] of the call (one call for products that share their
+// input: a layer's q, k and v, or its gate and up), so the pool is woken once for all of them.
+ffi::Error RowsMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::RemainingArgs weights,
+                      ffi::RemainingRets outputs) {
   auto xd = x.dimensions();
-  auto wd = w.dimensions();
-  if (xd.size() != 2 || wd.size() != 2 || xd[1] != wd[1]) {
-    return ffi::Error::InvalidArgument("rows_matmul: x must be [rows, in] and w [out, in]");
+  if (xd.size() != 2 || weights.size() == 0 || weights.size() != outputs.size()) {
+    return ffi::Error::InvalidArgument("rows_matmul: x must be [rows, in], with one output per weight");
   }
-  const int64_t rows = xd[0], in = xd[1], out = wd[0];
+  const int64_t rows = xd[0], in = xd[1];
   const float* xp = x.typed_data();
-  const float* wp = w.typed_data();
-  float* yp = y->typed_data();
   const int64_t threads = pool.num_threads();
-  if (threads <= 1 || out * in * 4 < kParallelBytes || out < 2 * kTile) {
-    Range(wp, xp, yp, rows, in, out, 0, out);
+  auto work = std::make_shared<Work>();
+  int64_t total = 0;
+  std::vector<Chunk> whole;
+  for (size_t j = 0; j < weights.size(); ++j) {
+    auto w = weights.get<ffi::Buffer<ffi::F32>>(j);
+    auto y = outputs.get<ffi::Buffer<ffi::F32>>(j);
+    if (!w.has_value() || !y.has_value()) return ffi::Error::InvalidArgument("rows_matmul: float32 buffers only");
+    auto wd = w->dimensions();
+    if (wd.size() != 2 || wd[1] != in) return ffi::Error::InvalidArgument("rows_matmul: every w must be [out, in]");
+    whole.push_back(Chunk{w->typed_data(), (*y)->typed_data(), in, wd[0], 0, wd[0]});
+    total += wd[0] * in;
+  }
+  if (threads <= 1 || total * 4 < kParallelBytes) {
+    for (const Chunk& c : whole) Range(c.w, xp, c.y, rows, c.in, c.out, c.o0, c.o1);
     return ffi::Error::Success();
   }
-  int64_t chunks = threads * kChunksPerThread;
-  const int64_t per = ((out + chunks - 1) / chunks + kTile - 1) / kTile * kTile;
-  chunks = (out + per - 1) / per;
-  auto work = std::make_shared<Work>();
-  auto run = [=]() {
-    int64_t c;
-    while ((c = work->next.fetch_add(1, std::memory_order_relaxed)) < chunks) {
-      const int64_t o0 = c * per, o1 = o0 + per < out ? o0 + per : out;
-      Range(wp, xp, yp, rows, in, out, o0, o1);
+  // about kChunksPerThread chunks per thread over all matrices, each a multiple of kTile rows
+  const int64_t target = threads * kChunksPerThread;
+  for (const Chunk& c : whole) {
+    int64_t pieces = (c.out * c.in * target + total - 1) / total;
+    if (pieces < 1) pieces = 1;
+    const int64_t per = ((c.out + pieces - 1) / pieces + kTile - 1) / kTile * kTile;
+    for (int64_t o0 = 0; o0 < c.out; o0 += per) {
+      work->chunks.push_back(Chunk{c.w, c.y, c.in, c.out, o0, o0 + per < c.out ? o0 + per : c.out});
+    }
+  }
+  const int64_t chunks = static_cast<int64_t>(work->chunks.size());
+  auto run = [work, xp, rows, chunks]() {
+    int64_t i;
+    while ((i = work->next.fetch_add(1, std::memory_order_relaxed)) < chunks) {
+      const Chunk& c = work->chunks[i];
+      Range(c.w, xp, c.y, rows, c.in, c.out, c.o0, c.o1);
       work->done.fetch_add(1, std::memory_order_release);
     }
   };
@@ -141,5 +167,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(WmspecRowsMatmul, RowsMatmul,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>());
+                                  .RemainingArgs()
+                                  .RemainingRets());
