@@ -22,8 +22,8 @@ class Static:
       method: what is watermarked and where u comes from.
       decoder: the watermark decoder.
       lookahead: K (0 for non-speculative methods).
-      temperature: float >= 0; top_k: int or None (applied to P and Q alike).
-      draft_temperature: Q's temperature when it differs from P's (None: ``temperature``).
+      temperature: float >= 0, P's; top_k: int or None (applied to P and Q alike).
+      q_temperature: Q's (:attr:`wmspec_jax.setting.Setting.q_temperature`).
       context_width: h.
       max_new_tokens: per-row budget.
       stop_ids: stop a row after any of these tokens (empty: never).
@@ -38,6 +38,7 @@ class Static:
     decoder: decoders.WatermarkDecoder
     lookahead: int
     temperature: float
+    q_temperature: float
     top_k: Optional[int]
     context_width: int
     max_new_tokens: int
@@ -46,7 +47,6 @@ class Static:
     tree: Optional[tuple] = None
     distinct_drafts: bool = False
     key_sequence: int = 0
-    draft_temperature: Optional[float] = None
 
     def process(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
         """Candidates of float32[..., V] target logits (P) and the NaN / +inf flag per distribution."""
@@ -54,8 +54,7 @@ class Static:
 
     def process_draft(self, logits: jax.Array) -> tuple[Candidates, jax.Array]:
         """:meth:`process` for the draft's logits (Q), at the draft's temperature."""
-        temperature = self.temperature if self.draft_temperature is None else self.draft_temperature
-        return candidates.process(logits, temperature, self.top_k)
+        return candidates.process(logits, self.q_temperature, self.top_k)
 
     @property
     def biases(self) -> bool:

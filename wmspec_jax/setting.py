@@ -7,9 +7,9 @@ own, when it differs), top-k, the context width h, the key sequence (:mod:`wmspe
 the PRF version. It holds every cross-field rule, so a setting that exists is one the loop can run; it
 writes and reads the settings fields of a text line (:meth:`Setting.to_record`,
 :meth:`Setting.from_record`), gives the provenance detection checks (:meth:`Setting.provenance`) and,
-with the stopping fields, the loop's :class:`SpeculativeConfig` (:meth:`Setting.config`). A new knob is one field here, its rule in
-:meth:`Setting._check_setting`, its line field in :meth:`Setting.to_record` / :meth:`Setting.from_record`,
-and its use in the loop (:class:`wmspec_jax.stages.Static`).
+with the stopping fields, the loop's :class:`SpeculativeConfig` (:meth:`Setting.config`). A new knob is
+one field here, its rule in :meth:`Setting._check_setting`, its line field in :meth:`Setting.to_record` /
+:meth:`Setting.from_record`, and its use in the loop (:class:`wmspec_jax.stages.Static`).
 
 :class:`SpeculativeConfig` is published by :mod:`wmspec_jax.speculative`, whose jitted loop compiles
 per config; it lives here because :meth:`Setting.config` builds it and it extends :class:`Setting`.
@@ -373,7 +373,7 @@ class SpeculativeConfig(Setting):
 
         return stages.Static(
             method=self.spec, decoder=self.decoder, lookahead=self.lookahead, temperature=self.temperature,
-            draft_temperature=self.draft_temperature, top_k=self.top_k, context_width=self.context_width,
+            q_temperature=self.q_temperature, top_k=self.top_k, context_width=self.context_width,
             max_new_tokens=self.max_new_tokens, stop_ids=self.stop_ids, draft_decoder=self.draft_stream_decoder,
             tree=self.draft_tree, distinct_drafts=self.distinct_drafts, key_sequence=self.key_sequence)
 
