@@ -32,7 +32,7 @@ import jax
 import numpy as np
 
 from wmspec_jax import decoders, prf, speculative, storage
-from wmspec_jax.lab import data
+from wmspec_jax import text_data as data
 from wmspec_jax.models import pairs
 
 flags.DEFINE_string("draft", "", "a draft file of the built-in target ('' = the shipped default)")

@@ -90,7 +90,7 @@ def load_pair():
     C = ``--num_calls``."""
     b, p = FLAGS.batch_size * FLAGS.num_calls, FLAGS.prompt_length
     if FLAGS.pair == "builtin":
-        from wmspec_jax.lab import data
+        from wmspec_jax import text_data as data
         from wmspec_jax.models import pairs
 
         pair = pairs.load_pair("builtin", FLAGS.builtin_draft, weight_layout=FLAGS.weight_layout)

@@ -66,7 +66,7 @@ def _scores(decoder, stats):
 def _pair(n: int):
     """(target, target params, draft, draft params, vocabulary, prompts int[n, P], prompt lengths int[n])."""
     if FLAGS.pair == "builtin":
-        from wmspec_jax.lab import data
+        from wmspec_jax import text_data as data
         from wmspec_jax.models import pairs
 
         pair = pairs.load_pair("builtin", "builtin")

@@ -29,7 +29,8 @@ from absl import app, flags
 
 from wmspec_jax import batching, decoders, detect, keys, sampling, speculative, storage
 from wmspec_jax.detect import metrics
-from wmspec_jax.lab import data, edits
+from wmspec_jax import text_data as data
+from wmspec_jax.lab import edits
 from wmspec_jax.models import pairs
 
 flags.DEFINE_string("target", pairs.BUILTIN, "target model (pairs.load_pair)")

@@ -15,7 +15,7 @@ Every answer is scored alone, with its prompt (``starts`` = prompt length), by
   is chosen on the scored texts themselves: an optimistic figure for key-only detection), Ars-Prior
   with p = the records' share of accepted drafts, and the Oracle (the records' sources);
 * the model-assisted detector (:mod:`wmspec_jax.detect.model_assisted`), its token probabilities
-  computed once per text (:func:`wmspec_jax.lab.model_scores.token_probs`: one forward pass per model):
+  computed once per text (:func:`wmspec_jax.detect.model_replay.token_probs`: one forward pass per model):
   with the step posterior (K given), token by token, the target stream alone, and with the records'
   sources.
 
@@ -39,7 +39,8 @@ from scipy import stats as sps
 
 from wmspec_jax import batching, decoders, detect, keys, sampling, speculative, storage
 from wmspec_jax.detect import draft_routes, metrics, model_assisted
-from wmspec_jax.lab import data, model_scores
+from wmspec_jax import text_data as data
+from wmspec_jax.detect import model_replay as model_scores
 from wmspec_jax.models import pairs
 
 CODE_PROMPTS = (

@@ -40,7 +40,7 @@ remainder, not of the full 49152-token distributions (which would mean storing
 or recomputing the target's logits at every training step: ~100x the data, or
 the target's forward pass in every step).
 
-The train and eval prompts are a hash split of :mod:`wmspec_jax.lab.data`'s
+The train and eval prompts are a hash split of :mod:`wmspec_jax.text_data`'s
 prompts, so ``eval`` never scores a prompt the draft was trained on.
 
 Run from the repository root, e.g. (``W`` is any work folder; give it room for

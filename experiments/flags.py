@@ -20,7 +20,7 @@ from wmspec_jax.lab.settings import Settings
 
 FLAG_HELP = {
     **PAIR_FLAG_HELP,
-    "dataset": "builtin-eli5[:split], builtin-c4[:split], eli5:PATH or c4:PATH (wmspec_jax.lab.data)",
+    "dataset": "builtin-eli5[:split], builtin-c4[:split], eli5:PATH or c4:PATH (wmspec_jax.text_data)",
     "num_prompts": "texts per run of the speed table (Tables 1-2)",
     "num_detection_texts": "texts per detection run (train + test; >= 4)",
     "num_detection_train": "of each detection run's texts, how many (the lowest indices) train the detectors; "

@@ -32,7 +32,8 @@ def start_table(draft_specs, fv: flags.FlagValues = flags.FLAGS):
     store); a bad flag is an ``app.UsageError``."""
     from absl import app
 
-    from wmspec_jax.lab import data, runs
+    from wmspec_jax import text_data as data
+    from wmspec_jax.lab import runs
     from wmspec_jax.models import pairs
 
     try:

@@ -15,7 +15,7 @@ import pytest
 from tests import stats
 from tests.cli_calls import lines, run_tool
 from wmspec_jax import keys
-from wmspec_jax.lab import data
+from wmspec_jax import text_data as data
 from wmspec_jax.cli import detect as cli_detect
 from wmspec_jax.cli import generate as cli_generate
 

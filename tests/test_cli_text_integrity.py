@@ -236,7 +236,7 @@ def test_a_verdict_cannot_be_re_rolled_by_resubmitting_whitespace_variants(tmp_p
     P(some variant has p <= 0.01) stays at alpha (Binomial(200, 0.01) exceeds 12 with probability 1.6e-7).
     With coins drawn from the text's token ids, as before, about 7.5 % of texts had some variant at
     p <= 0.01."""
-    from wmspec_jax.lab import data
+    from wmspec_jax import text_data as data
 
     humans = [t for t in data.builtin_questions().human_texts if len(t) >= 120][:200]
     humans += [e.human for e in data.builtin_openings().examples if len(e.human) >= 120][:200 - len(humans)]

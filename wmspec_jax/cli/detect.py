@@ -323,7 +323,7 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
         try:
             outputs.check_output_path("--write_human_texts", fv.write_human_texts, None, allow_stdout=False)
             path_guards.check_output(fv, "--write_human_texts", fv.write_human_texts, paths, "human texts")
-            from wmspec_jax.lab import data
+            from wmspec_jax import text_data as data
 
             n = data.write_human_texts(fv.write_human_texts)
         except (InputError, ValueError, OSError) as e:

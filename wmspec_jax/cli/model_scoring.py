@@ -12,7 +12,7 @@ keyed values, so there is no second chance to pass).
 
 **The distributions generation sampled from.** Per text the pair's target P (and, for speculative
 methods, the draft Q with its K in-step variants) is run once over prompt + text
-(:func:`wmspec_jax.lab.model_scores.token_probs`, one batched forward pass per model and chunk of
+(:func:`wmspec_jax.detect.model_replay.token_probs`, one batched forward pass per model and chunk of
 ``--model_batch_size`` texts), with the temperature and top-k the line records. The prompt is the
 line's ``prompt``, encoded by the generator's own function (:func:`wmspec_jax.models.pairs.encode_prompts`,
 chat template included) and checked against the line's ``prompt_length``: the kind (``question``
@@ -393,7 +393,7 @@ def _score_batch(scorer: ModelScorer, secret, rows: Sequence, settings: Sequence
     from wmspec_jax import methods as methods_lib
     from wmspec_jax.decoders import green_list_size
     from wmspec_jax.detect import model_assisted
-    from wmspec_jax.lab import model_scores
+    from wmspec_jax.detect import model_replay as model_scores
 
     s, first = settings[0], rows[0]
     stats, tokens, lengths, starts = _statistics(secret, rows, settings, vocab)

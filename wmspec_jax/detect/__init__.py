@@ -53,7 +53,7 @@ from wmspec_jax._lazy import attach
 
 SUBMODULES = (
     "bayes", "bayes_training", "common", "corpus", "draft_routes", "edit_alignment", "exact_tails", "gumbel", "io", "kgw", "lines", "metrics",
-    "model_assisted", "provenance", "pvalues", "registry", "scoring", "soft", "streams", "streams_batches",
+    "model_assisted", "model_replay", "provenance", "pvalues", "registry", "scoring", "soft", "streams", "streams_batches",
     "streams_compute", "streams_types", "synthid", "synthid_search", "token_probs", "weighted", "windows",
 )
 _NAMES = {

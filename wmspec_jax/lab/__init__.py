@@ -4,7 +4,6 @@ algorithm (the package's other modules but ``cli``) imports it.
 ==================================  =====================================================================
 module                              idea
 ==================================  =====================================================================
-:mod:`.data`                        prompts and human texts (ELI5 / C4 from local files, built-in stand-ins)
 :mod:`.runs`                        one generation setting over many prompts: resumable JSONL records
 :mod:`.evaluation`                  Tables 1-2 rows; the detection protocol of Figs. 2 / 5
 :mod:`.edits`                       token edits of the robustness experiment
@@ -24,7 +23,6 @@ module                              idea
 :mod:`.distill_features`            the feature draft's recipe (a head on the target's features)
 :mod:`.corpora`                     human corpora that repeat themselves (form letters, code, tables, ...)
 :mod:`.key_sweep`                   a corpus scored under many keys at the cost of its distinct windows
-:mod:`.model_scores`                a pair's per-token probabilities of texts (model-assisted detection)
 :mod:`.model_assisted_rows`         the detection experiment's model-assisted row (calibrated, exact p-values)
 :mod:`.tables`, :mod:`.plots`       CSV / markdown tables and figures
 ==================================  =====================================================================

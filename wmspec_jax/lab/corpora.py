@@ -157,7 +157,7 @@ def prose_units() -> tuple:
     texts (opening + continuation: pydoc paragraphs, and fortunes where installed) and the
     ``builtin-eli5`` answers of at least :data:`MIN_PROSE_CHARS` characters. (Cached: parsing the
     built-in sets takes seconds.)"""
-    from wmspec_jax.lab import data
+    from wmspec_jax import text_data as data
 
     units, seen = [], set()
     for e in data.builtin_openings().examples:
@@ -364,7 +364,7 @@ def tokenize(texts: Sequence[str], *, max_tokens: int = 256,
     Returns:
       :class:`TokenizedCorpus` with tokens int32[B, L], lengths int32[B].
     """
-    from wmspec_jax.lab import data
+    from wmspec_jax import text_data as data
 
     if encode is None:
         from wmspec_jax.models import builtin

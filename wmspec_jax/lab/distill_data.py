@@ -11,7 +11,7 @@ distribution to the target's on the target's own continuations. A *chunk* is one
   next-token log-probabilities (T = 1) and their ids at every generated position;
 * ``valid`` bool[N, new_tokens]: positions up to and including the first EOS.
 
-The train and eval prompts are a hash split of :mod:`wmspec_jax.lab.data`'s built-in prompts, so an
+The train and eval prompts are a hash split of :mod:`wmspec_jax.text_data`'s built-in prompts, so an
 evaluation never scores a prompt the draft was trained on. ``self_chat`` prompts continue chat
 questions the target writes itself (more chat data than the train split holds).
 """
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from wmspec_jax import storage
-from wmspec_jax.lab import data
+from wmspec_jax import text_data as data
 from wmspec_jax.lab.harness import log as _log
 from wmspec_jax.models import builtin
 

@@ -34,7 +34,8 @@ from typing import Optional, Sequence
 import jax
 
 from wmspec_jax import keys, sharding, storage
-from wmspec_jax.lab import data, runs
+from wmspec_jax import text_data as data
+from wmspec_jax.lab import runs
 from wmspec_jax.models import pairs
 from wmspec_jax.lab.settings import GENERATION_FIELDS, PARTS, Settings, prompts_needed
 

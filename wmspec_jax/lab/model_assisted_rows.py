@@ -2,7 +2,7 @@
 
 Beside the key-only detectors of :func:`wmspec_jax.lab.evaluation.evaluate`, :func:`model_assisted_row`
 scores the same test texts with :func:`wmspec_jax.detect.score_model_assisted`: the pair's
-probabilities of every text (:func:`wmspec_jax.lab.model_scores.token_probs`, one batched forward
+probabilities of every text (:func:`wmspec_jax.detect.model_replay.token_probs`, one batched forward
 pass per model and chunk, temperature and top-k as generation applied them, the draft's K in-step
 variants for Alg. 1) weigh each token's keyed statistic, so a token the model was sure of carries
 no weight (``docs/detection.md``, "Model-assisted detection"). Its p-values are exact given the
@@ -20,7 +20,7 @@ import numpy as np
 from wmspec_jax import detect, methods
 from wmspec_jax.decoders import WatermarkDecoder
 from wmspec_jax.detect import metrics
-from wmspec_jax.lab import model_scores
+from wmspec_jax.detect import model_replay as model_scores
 from wmspec_jax.lab.detection_rows import TextRows
 
 LABEL = "model-assisted"

@@ -36,7 +36,8 @@ import numpy as np
 from wmspec_jax import detect, prf, storage
 from wmspec_jax.decoders import WatermarkDecoder
 from wmspec_jax.detect import metrics
-from wmspec_jax.lab import detection_rows, evaluation, model_scores
+from wmspec_jax.detect import model_replay as model_scores
+from wmspec_jax.lab import detection_rows, evaluation
 from wmspec_jax.lab.detection_rows import TextRows
 from wmspec_jax.lab import paraphrase as para
 from wmspec_jax.lab.detection_experiment import DETECTORS_DIR, detection_texts
