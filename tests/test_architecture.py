@@ -137,6 +137,14 @@ def test_the_models_import_nothing_that_imports_the_models():
         f"{m} -> {out} -> {back}" for m, out, back in arrows)
 
 
+def test_the_tools_stand_on_the_library_not_the_lab():
+    # The console tools (cli) read lines, models and detectors; the lab is the experiments' layer. A tool
+    # importing it would make the experiments' modules part of every install's tools.
+    tools_to_lab = sorted((m, t) for m, targets in import_graph().items() if layer(m) == "cli"
+                          for t in targets if layer(t) == "lab")
+    assert not tools_to_lab, f"cli modules importing the lab: {tools_to_lab}"
+
+
 def test_scripts_are_modules_without_path_edits():
     for folder in ("experiments", "benchmarks"):
         assert os.path.isfile(os.path.join(ROOT, folder, "__init__.py"))
