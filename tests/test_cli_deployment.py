@@ -4,8 +4,12 @@ record signed with it), never from a line's own fields or from flags that contra
 Shopping: 400 human paragraphs, each submitted under every claim a line or a flag can make (101 issued
 indices, context widths 1..64, seven decoders, a grid of draft fractions), must stay within α's binomial
 band when each text keeps its best verdict over all its submissions: at α = 0.01 at most the 1 − 1e-6
-upper quantile of Binomial(400, 0.01) texts flagged (a false failure has probability below 1e-6).
-Believing the claims flagged 256 (indices), 171 (context widths) and 17 (decoders) of these texts."""
+upper quantile of Binomial(n, 0.01) texts flagged (a false failure has probability below 1e-6).
+Believing the claims flagged 256 (indices), 171 (context widths) and 17 (decoders) of 400 texts. The
+cheap-to-catch claims are made for fewer texts: the 101 indices for the first 100 (10,100 lines instead of
+40,400), where believing them flags 70 against a band of 8 (Binomial(100, 0.01) exceeds 8 with
+probability 8.4e-7; the test asserts that power from the lines' uncorrected p-values), and the 64 context
+widths for the first 200, against a band of 12 (exceeded with probability 1.6e-7). The decoders, whose believed claims barely leave the band, keep all 400."""
 
 import json
 import math
@@ -26,6 +30,9 @@ ALPHA = 0.01
 NUM_HUMAN = 400
 BAND = int(sps.binom.isf(1e-6, NUM_HUMAN, ALPHA))
 """The most texts of NUM_HUMAN flagged at ALPHA under H0, except with probability below 1e-6."""
+NUM_CLAIMING = 100
+CLAIM_BAND = int(sps.binom.isf(1e-6, NUM_CLAIMING, ALPHA))  # 8
+NUM_DECLARING_WIDTHS = 200  # band 12 (module doc)
 SETTINGS = {"decoder": "gumbel", "draft_decoder": None, "synthid_layers": None, "context_width": 4,
             "key_sequence": None, "draft_tree": None, "kgw_gamma": None, "method": "pseudorandom", "lookahead": 3}
 DECODERS = ("gumbel", "synthid", "synthid_limit", "inverse_transform", "dipmark", "gamma_reweight", "kgw")
@@ -75,23 +82,27 @@ def records(tmp_path_factory):
 
 
 def test_claimed_indices_do_not_buy_a_verdict(tmp_path, key, human, records):
-    """Each human text under each of the 101 indices the record issued: every claim gets the same p-value,
-    the best of the 101 texts' keys times 101, and the best claim per text stays in the band."""
+    """Each of 100 human texts under each of the 101 indices the record issued: every claim gets the same
+    p-value, the best of the 101 texts' keys times 101, and the best claim per text stays in the band,
+    which believing the claims (each text's best uncorrected p-value) leaves (module doc)."""
     rows = [{"text": t, "key_derivation": keys.KEY_DERIVATION, "run": "shop", "index": i}
-            for i in range(101) for t in human]
+            for i in range(101) for t in human[:NUM_CLAIMING]]
     rc, stdout, err = detect([write_jsonl(tmp_path / "claims.jsonl", rows), key, "--format=json",
                               f"--deployment={records['per_text']}"])
     assert rc == 0, err
     res = lines(stdout)
     assert len(res) == len(rows)
-    p = np.array([r["pvalue"] for r in res]).reshape(101, NUM_HUMAN)
+    p = np.array([r["pvalue"] for r in res]).reshape(101, NUM_CLAIMING)
     assert np.all(p == p[0])  # the claim changes nothing
-    assert all(r["tried"]["keys"] == 101 for r in res[:NUM_HUMAN])
+    assert all(r["tried"]["keys"] == 101 for r in res[:NUM_CLAIMING])
     first = res[0]
     assert math.isclose(first["log_pvalue"], min(0.0, first["uncorrected_log_pvalue"] + math.log(101)), rel_tol=1e-9)
-    flagged = best_flagged(res, NUM_HUMAN)
-    print(f"\nbest of 101 claimed indices: {flagged}/{NUM_HUMAN} human texts flagged (band <= {BAND})")
-    assert flagged <= BAND
+    flagged = best_flagged(res, NUM_CLAIMING)
+    believed = sum(r["uncorrected_log_pvalue"] is not None and r["uncorrected_log_pvalue"] <= math.log(ALPHA)
+                   for r in res[:NUM_CLAIMING])
+    print(f"\nbest of 101 claimed indices: {flagged}/{NUM_CLAIMING} human texts flagged (band <= {CLAIM_BAND}); "
+          f"believing the claims: {believed}")
+    assert flagged <= CLAIM_BAND < believed
     # a claim outside what the record issued is an error naming the line; the other lines are scored
     rows = [{"text": human[0], "key_derivation": keys.KEY_DERIVATION, "run": "shop", "index": 101},
             {"text": human[1], "key_derivation": keys.KEY_DERIVATION, "run": "other", "index": 0}, {"text": human[2]}]
@@ -105,12 +116,14 @@ def test_claimed_indices_do_not_buy_a_verdict(tmp_path, key, human, records):
     assert res[2]["pvalue"] == p[0, 2]  # a plain text: every issued key, corrected
 
 
-@pytest.mark.parametrize("field,values", [("context_width", range(1, 65)), ("decoder", DECODERS)])
-def test_declared_settings_do_not_buy_a_verdict(tmp_path, key, human, records, field, values):
+@pytest.mark.parametrize("field,values,num_texts", [("context_width", range(1, 65), NUM_DECLARING_WIDTHS),
+                                                     ("decoder", DECODERS, NUM_HUMAN)])
+def test_declared_settings_do_not_buy_a_verdict(tmp_path, key, human, records, field, values, num_texts):
     """Each human text declaring each context width 1..64 (each decoder): lines that differ from the
     deployment are errors naming them; with --try_declared_settings each text gets one declared
     alternative per run and every p-value pays for two. Either way the best per text stays in the band."""
-    rows = [{"text": t, field: v} for v in values for t in human]
+    band = int(sps.binom.isf(1e-6, num_texts, ALPHA))
+    rows = [{"text": t, field: v} for v in values for t in human[:num_texts]]
     path = write_jsonl(tmp_path / "declared.jsonl", rows)
     rc, stdout, err = detect([path, key, "--format=json", f"--deployment={records['direct']}"])
     res = lines(stdout)
@@ -118,18 +131,18 @@ def test_declared_settings_do_not_buy_a_verdict(tmp_path, key, human, records, f
     assert rc == 1 and f"{len(differing)} line(s) refused" in err
     assert all(r["verdict"] == "error" and r["error"].startswith(r["input"] + ": the line declares " + field)
                for r in differing)
-    flagged = best_flagged(res, NUM_HUMAN)
+    flagged = best_flagged(res, num_texts)
     rc, stdout, err = detect([path, key, "--format=json", f"--deployment={records['direct']}",
                               "--try_declared_settings"])
     tried = lines(stdout)
     scored = [r for r in tried if r["verdict"] != "error"]
-    assert len(scored) == 2 * NUM_HUMAN  # the deployment's setting and the first other one of each text
+    assert len(scored) == 2 * num_texts  # the deployment's setting and the first other one of each text
     assert all(r["tried"]["settings"] == 2 for r in scored)
     assert any("already scored under other declared settings" in r.get("error", "") for r in tried)
-    flagged_tried = best_flagged(tried, NUM_HUMAN)
+    flagged_tried = best_flagged(tried, num_texts)
     print(f"\nbest of {len(values)} declared {field}s: {flagged} (refused) / {flagged_tried} (tried, corrected) "
-          f"of {NUM_HUMAN} human texts flagged (band <= {BAND})")
-    assert flagged <= BAND and flagged_tried <= BAND
+          f"of {num_texts} human texts flagged (band <= {band})")
+    assert flagged <= band and flagged_tried <= band
 
 
 def test_a_line_draft_fraction_is_not_its_detector(tmp_path, key, human, records):

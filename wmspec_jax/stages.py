@@ -236,7 +236,9 @@ def accept_coupled(st: Static, inputs: Inputs, p: Candidates, drafts: Drafts, to
     never = jnp.zeros(n.shape, bool)
     for s in range(k + 1):  # K is small and static: unrolled
         p_s = candidates.take(p, jnp.full(n.shape, s), axis=1)
-        token, marked = draw_final(st, inputs, candidates.probs(p_s), p_s.ids, tokens, n + s, never)
+        # The draft stage judged the contexts of n .. n + K − 1 on the same tokens; only n + K is new.
+        fresh = drafts.fresh[:, s] if s < k else None
+        token, marked = draw_final(st, inputs, candidates.probs(p_s), p_s.ids, tokens, n + s, never, fresh=fresh)
         draws.append(token)
         marks.append(marked)
     draws, marks = jnp.stack(draws, axis=1), jnp.stack(marks, axis=1)
@@ -276,12 +278,14 @@ def resample(st: Static, inputs: Inputs, p: Candidates, drafts: Optional[Drafts]
 
 
 def draw_final(st: Static, inputs: Inputs, weights: jax.Array, ids: Optional[jax.Array], tokens: jax.Array,
-               position: jax.Array, rejected: jax.Array, fresh_at_rejection: Optional[jax.Array] = None):
+               position: jax.Array, rejected: jax.Array, fresh_at_rejection: Optional[jax.Array] = None,
+               fresh: Optional[jax.Array] = None):
     """The step's last token at ``position`` (int32[B]), from ``weights`` (float32[B, C] on candidate
     ``ids`` int32[B, C], None: the whole vocabulary): the residual's law where ``rejected`` (bool[B];
     Alg. 1 line 12), P's bonus law elsewhere (line 16). Drawn from ζ^T where the method watermarks that
     kind of token and the context is new, else from a true uniform. ``fresh_at_rejection`` (bool[B]):
-    the caller's verdict on the context where rejected (None: judged here from ``tokens``).
+    the caller's verdict on the context where rejected (None: judged here from ``tokens``); ``fresh``
+    (bool[B]): the caller's verdict on the context of every row (None: judged here).
 
     Returns:
       (int32[B] token, bool[B] watermarked record).
@@ -289,7 +293,8 @@ def draw_final(st: Static, inputs: Inputs, weights: jax.Array, ids: Optional[jax
     method = st.method
     seeds = use = None
     if method.watermark_residual or method.watermark_target:
-        fresh = is_new_context(st, tokens, position, inputs)
+        if fresh is None:
+            fresh = is_new_context(st, tokens, position, inputs)
         if fresh_at_rejection is not None:
             fresh = jnp.where(rejected, fresh_at_rejection, fresh)
         use = fresh & jnp.where(rejected, method.watermark_residual, method.watermark_target)

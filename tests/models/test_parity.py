@@ -24,6 +24,9 @@ def run_schedule(lm, params, seqs, chunks, capacity=32, seed=0):
 
     Returns per-row lists of logits for the tokens actually fed. Tokens past
     num_new are random garbage, so any leakage of them would break parity.
+    A step that feeds some row more than one token is as wide as the widest
+    chunk: two shapes (decode, T = 1, and that width) compile per model
+    instead of one per chunk size, and the narrower steps carry more garbage.
     """
     rng = np.random.default_rng(seed)
     batch = len(seqs)
@@ -31,8 +34,9 @@ def run_schedule(lm, params, seqs, chunks, capacity=32, seed=0):
     cache = lm.init_cache(batch, capacity)
     fed = [0] * batch
     out = [[] for _ in range(batch)]
+    width = max(max(sizes) for sizes in chunks)
     for sizes in chunks:
-        t = max(max(sizes), 1)
+        t = 1 if max(sizes) <= 1 else width
         tokens = rng.integers(0, lm.vocab_size, size=(batch, t))
         for b, n in enumerate(sizes):
             tokens[b, :n] = seqs[b][fed[b]:fed[b] + n]
