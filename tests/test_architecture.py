@@ -13,14 +13,17 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "wmspec_jax")
 
-# storage < core (the algorithm, models, detectors, trade-off curves) < lab (experiments) < cli (tools)
+# storage < core (the algorithm, models, detectors, trade-off curves) < lines (text lines: read, scored)
+# < lab (experiments) < cli (tools)
 STORAGE = {"wmspec_jax.storage", "wmspec_jax.user_cache", "wmspec_jax._lazy"}
-RANK = {"storage": 0, "core": 1, "lab": 2, "cli": 3}
+RANK = {"storage": 0, "core": 1, "lines": 2, "lab": 3, "cli": 4}
 
 
 def layer(module: str) -> str:
     if module in STORAGE:
         return "storage"
+    if module.startswith("wmspec_jax.lines"):
+        return "lines"
     if module.startswith("wmspec_jax.lab"):
         return "lab"
     if module.startswith("wmspec_jax.cli"):
@@ -143,6 +146,19 @@ def test_the_tools_stand_on_the_library_not_the_lab():
     tools_to_lab = sorted((m, t) for m, targets in import_graph().items() if layer(m) == "cli"
                           for t in targets if layer(t) == "lab")
     assert not tools_to_lab, f"cli modules importing the lab: {tools_to_lab}"
+
+
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9_]*")
+
+
+def test_the_detectors_name_no_flag():
+    # wmspec_jax.detect is statistics, detectors and p-values for any caller; flags are the tools' words.
+    # The lines layer names an option by its field (`alpha`) and the tools spell it as their flag.
+    assert FLAG.search('raise LineError(f"--alpha must be")') and not FLAG.search("x--y, a -- b, ``-1``")
+    hits = [f"{os.path.relpath(path, ROOT)}:{i}: {line.strip()[:100]}"
+            for name, path in sorted(modules().items()) if name.startswith("wmspec_jax.detect")
+            for i, line in enumerate(open(path, encoding="utf-8"), 1) if FLAG.search(line)]
+    assert not hits, "detect modules naming a flag:\n" + "\n".join(hits)
 
 
 def test_scripts_are_modules_without_path_edits():

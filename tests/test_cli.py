@@ -99,20 +99,20 @@ def test_the_right_key_detects_the_answers(generated, secret_file):
     assert np.median(log10) < -5 and np.mean(log10 < -3) >= 0.75
     assert all(r["verdict"] == "watermarked" for r, l10 in zip(full, log10) if l10 < -2)
     # the library the tool runs: the same lines from the records, with and without a second detector
-    from wmspec_jax import detect
+    from wmspec_jax import lines as line_scoring
     from wmspec_jax.cli.texts import load_tokenizer, vocab_size
 
     vocab = vocab_size(load_tokenizer("builtin"))
-    library = detect.score_texts(recs, keys.Secret(SECRET), vocab_size=vocab,
-                                 options=detect.ScoringOptions(draft_fraction=res[0]["detector"]["settings"]["draft_fraction"]))
+    library = line_scoring.score_texts(recs, keys.Secret(SECRET), vocab_size=vocab,
+                                options=line_scoring.ScoringOptions(draft_fraction=res[0]["detector"]["settings"]["draft_fraction"]))
     assert [{**r, "input": None} for r in library] == [{**r, "input": None} for r in res]
-    both = detect.score_texts(recs[:3], SECRET, ["auto", "single"], vocab_size=vocab,
-                              options=detect.ScoringOptions(alpha=0.5, min_tokens=1000))
+    both = line_scoring.score_texts(recs[:3], SECRET, ["auto", "single"], vocab_size=vocab,
+                             options=line_scoring.ScoringOptions(alpha=0.5, min_tokens=1000))
     assert all(r["verdict"] == "not enough tokens" and len(r["results"]) == 2 for r in both)
-    with pytest.raises(detect.LineError, match="record 0: the line was generated with key fingerprint"):
-        detect.score_texts(recs[:1], "another-secret-of-enough-length", vocab_size=vocab)
-    with pytest.raises(detect.LineError, match="--alpha must be a number in"):
-        detect.ScoringOptions(alpha=float("nan"))
+    with pytest.raises(line_scoring.LineError, match="record 0: the line was generated with key fingerprint"):
+        line_scoring.score_texts(recs[:1], "another-secret-of-enough-length", vocab_size=vocab)
+    with pytest.raises(line_scoring.LineError, match="`alpha` must be a number in"):  # the library names the option
+        line_scoring.ScoringOptions(alpha=float("nan"))
 
 
 def test_pasted_answers_are_detected_with_the_secret_alone(generated, tmp_path, secret_file):

@@ -172,8 +172,8 @@ def test_key_sequences_are_checked_where_they_enter():
 def test_score_texts_routes_key_sequence_records_to_the_edit_test(marked):
     """The records of a key-sequence generation score through the tools' library path with the edit test (the
     same p-values as the function), per-text keys from each line; a conflicting override is an error."""
-    from wmspec_jax.detect import lines as lines_lib
-    from wmspec_jax.detect import scoring
+    from wmspec_jax.lines import text_line as lines_lib
+    from wmspec_jax.lines import scoring
 
     text_keys, res = marked
     tokens = np.asarray(res.tokens)[:6, 4:44]
@@ -194,7 +194,7 @@ def test_score_texts_routes_key_sequence_records_to_the_edit_test(marked):
     with pytest.raises(lines_lib.LineError, match="key_sequence=32"):
         scoring.score_texts(records, keys.Secret(b"key-sequence-secret"), vocab_size=DETECT_V, options=options,
                             overrides=lines_lib.Overrides(key_sequence=16))
-    with pytest.raises(lines_lib.LineError, match="raise --null_keys"):
+    with pytest.raises(lines_lib.LineError, match="raise `null_keys`"):
         scoring.score_texts(records, keys.Secret(b"key-sequence-secret"), vocab_size=DETECT_V,
                             options=scoring.ScoringOptions(null_keys=NULL_KEYS, alpha=0.01))
 

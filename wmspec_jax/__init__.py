@@ -21,6 +21,7 @@ The public API (everything else is reached through its module):
   GeneratedText, generate_in_batches
                 one generated text and its JSONL line (``text_record``); many prompts in batches
   detect        detectors from tokens and key (statistics, make, score, p-values, metrics)
+  lines         text lines read, checked and scored (``lines.score_texts``: what ``wmspec-detect`` runs)
   tradeoff, theory          Fig. 1's Pareto frontiers; WS, SE, TV, A_spec
   score_law, score_power    the exact per-token detection score under H1 per method and draft; power over n tokens
 
@@ -28,7 +29,7 @@ Layers (import downwards only; ``tests/test_architecture.py``): storage
 (``storage``, ``user_cache``) < the algorithm (``prf``, ``keys``, ``context``, ``key_sequence``,
 ``decoders``, ``theory``, ``candidates``, ``sampling``, ``methods``, ``score_law``, ``score_power``,
 ``stages``, ``setting``, ``speculative``, ``lm``, ``toy``, ``sharding``, ``models``, ``batching``,
-``text_record``, ``detect``, ``tradeoff``, ``interop``) < the lab (``lab``: data, runs, the
+``text_record``, ``detect``, ``tradeoff``, ``interop``) < text lines (``lines``) < the lab (``lab``: data, runs, the
 experiments) < the tools (``cli``). Modules and names are imported on first
 use (:mod:`wmspec_jax._lazy`): ``import wmspec_jax`` does not start JAX. Each module's
 ``__all__`` names what it offers; its other names are its own business.
@@ -38,7 +39,7 @@ from wmspec_jax._lazy import attach
 
 SUBMODULES = (
     "batching", "buffers", "candidates", "cli", "context", "decoders", "detect", "interop", "key_sequence", "keys", "lab",
-    "lm", "methods",
+    "lines", "lm", "methods",
     "models",
     "multidraft", "prf", "prf_keys", "prf_numpy", "race_tree", "sampling", "score_law", "score_power", "setting", "sharding", "sources",
     "speculative", "stages",

@@ -8,7 +8,7 @@ holder's *deployment*: the secret, plus one record of the settings it
 generated with. ``wmspec-generate`` writes the record beside its output
 (``<output>.deployment.json``, :data:`SUFFIX`) or where ``--deployment``
 says; ``wmspec-deployment`` writes one for outputs made before records
-existed; ``wmspec-detect`` reads it (:mod:`wmspec_jax.detect.deployment`,
+existed; ``wmspec-detect`` reads it (:mod:`wmspec_jax.lines.deployment`,
 "The deployment rule" in ``docs/tools.md``).
 
 A record (format :data:`FORMAT`) holds

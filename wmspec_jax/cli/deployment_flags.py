@@ -1,5 +1,5 @@
 """``wmspec-detect``'s flags of the deployment rule and the glue between them and
-:mod:`wmspec_jax.detect.deployment` (which names no flag): which deployment a run scores under, the flags
+:mod:`wmspec_jax.lines.deployment` (which names no flag): which deployment a run scores under, the flags
 it refuses, and each chunk of texts planned, read, scored and combined."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Sequence
 from absl import flags
 
 from wmspec_jax import deployment_record, keys
-from wmspec_jax.detect import deployment, lines
+from wmspec_jax.cli import flags as cli_flags
+from wmspec_jax.lines import deployment, text_line as lines
 
 CHECKED_FLAGS = ("decoder", "draft_decoder", "synthid_layers", "context_width", "siblings", "key_sequence",
                  "kgw_gamma", "draft_fraction", "tau", "run", "index", "keys")
@@ -96,14 +97,15 @@ class Recorder:
 
 
 def rule(fv, paths: Sequence[str], secret: keys.Secret, defaults: dict, stderr, prog: str) -> deployment.Rule:
-    """The :class:`wmspec_jax.detect.deployment.Rule` of a run: its deployment (``--deployment``, the record
+    """The :class:`wmspec_jax.lines.deployment.Rule` of a run: its deployment (``--deployment``, the record
     beside an input, else the flags), the flags checked against it. Raises ``ValueError`` naming the cause."""
     given = {name: fv[name].value for name in CHECKED_FLAGS if fv[name].present}
     settings = {**defaults, "key_sequence": fv.key_sequence or None,
                 "kgw_gamma": 0.25 if fv.kgw_gamma is None else fv.kgw_gamma}
     derivation = keys.KEY_DERIVATION if fv["run"].present else keys.DIRECT
     dep = deployment.resolve(fv.deployment, list(fv.input) + list(paths), secret, settings, derivation,
-                             fv.ignore_provenance, lambda text: print(f"{prog}: {text}", file=stderr))
+                             fv.ignore_provenance,
+                             lambda text: print(f"{prog}: {cli_flags.flag_names(text)}", file=stderr))
     if not dep.signed and fv.keys == "per_text":
         raise deployment_record.RecordError("--keys=per_text: per-text keys need the run's own deployment record "
                                             "(--deployment=PATH; wmspec-generate writes it beside its output)")

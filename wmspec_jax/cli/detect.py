@@ -16,7 +16,7 @@ terminal; ``--output`` is written atomically. Inputs are streamed :data:`CHUNK_T
 **Keys.** Plain text is scored with the secret itself (``wmspec-generate``'s default key), a JSONL line
 with the keys its ``key_derivation`` names; a generation record without one with the secret and a
 warning (``--keys=per_text``: its ``run`` and ``index``; ``--run`` / ``--index`` for plain text).
-**What a line says is checked** (:mod:`wmspec_jax.detect.lines`): key fingerprint, PRF version and
+**What a line says is checked** (:mod:`wmspec_jax.lines.text_line`): key fingerprint, PRF version and
 settings against the secret and the ``--decoder`` / ``--synthid_layers`` / ``--context_width`` /
 ``--siblings`` given — a conflict is an error naming the line, never a quiet "not detected"
 (``--ignore_provenance`` scores anyway) — and recorded ``tokens`` must decode to the line's ``text``
@@ -36,7 +36,7 @@ says when the inputs share most of theirs; ``--dedup=corpus`` scores each window
 ``--calibrate`` measures the key's false-positive rate on your texts (``docs/repetitive_text.md``).
 Errors (exit status 2, before any scoring): no key source, binary or empty input, an ``--output`` that
 is an input, a link or a device, a size beyond the cap of 64 draft paths. The scoring is the library's
-:mod:`wmspec_jax.detect.scoring`. ``--write_human_texts=PATH`` writes the built-in human texts.
+:mod:`wmspec_jax.lines.scoring`. ``--write_human_texts=PATH`` writes the built-in human texts.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.cli import deployment_flags, line_limits, model_scoring, outputs, path_guards, scoring_flags
 from wmspec_jax.cli.texts import (InputError, check_not_empty, ChunksFromFirstText, is_terminal, iter_inputs,
                                   load_tokenizer, vocab_size, write_lines)
-from wmspec_jax.detect import lines, scoring
+from wmspec_jax.lines import scoring, text_line as lines
 
 PROG = "wmspec-detect"
 DECODERS = cli_flags.DECODER_NAMES
@@ -136,7 +136,7 @@ class ScoringRun:
     searched: int = 0
     assumed_direct: list = dataclasses.field(default_factory=list)
     model: Optional[model_scoring.ModelScorer] = None
-    rule: object = None  # the deployment rule (wmspec_jax.detect.deployment)
+    rule: object = None  # the deployment rule (wmspec_jax.lines.deployment)
     corpus: scoring.Corpus = dataclasses.field(default_factory=scoring.Corpus)
     seconds: dict = dataclasses.field(default_factory=lambda: {"tokenize": 0.0, "score": 0.0})
 
@@ -313,8 +313,8 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     def help_text():
         from wmspec_jax import detect
 
-        return (__doc__.strip() + "\n\nDetectors (--detector):\n" + detect.registry.help_text() + "\n\nFlags:\n"
-                + fv.get_help(include_special_flags=False))
+        return (__doc__.strip() + "\n\nDetectors (--detector):\n" + cli_flags.flag_names(detect.registry.help_text())
+                + "\n\nFlags:\n" + fv.get_help(include_special_flags=False))
 
     status, paths = cli_flags.parse_tool_argv(fv, argv, PROG, help_text, stdout, stderr)
     if status is not None:
@@ -337,6 +337,8 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
 
     def stream_lines(results, write) -> None:
         for line in results:
+            if "error" in line:  # the lines layer names options; the tool's user typed flags
+                line["error"] = cli_flags.flag_names(line["error"])
             if as_table:
                 kept.append(line)
             if write is not None:

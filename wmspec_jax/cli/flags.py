@@ -21,6 +21,7 @@ command-line tools use a fresh one per call, so they can be run in-process
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 
@@ -187,12 +188,21 @@ def console_entry(run):
     return main
 
 
+_OPTION = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def flag_names(message) -> str:
+    """A library message in the tools' words: the lines layer (:mod:`wmspec_jax.lines`) names an option by
+    its field name in backquotes (`alpha`), which is the flag's name; the tools spell it ``--alpha``."""
+    return _OPTION.sub(r"--\1", str(message))
+
+
 def refuse(prog: str, error, stderr) -> int:
     """Writes ``prog: error: …`` to ``stderr``; returns the tools' exit status for a refused input (2)."""
-    print(f"{prog}: error: {error}", file=stderr)
+    print(f"{prog}: error: {flag_names(error)}", file=stderr)
     return 2
 
 
 __all__ = ["HELP_ARGS", "PAIR_FLAG_HELP", "SECRET_FLAGS", "console_entry", "define_input_flags",
            "define_pair_flags", "define_scheme_flags", "define_secret_flags", "enable_compilation_cache",
-           "parse_tool", "parse_tool_argv", "refuse", "secret_from_flags"]
+           "flag_names", "parse_tool", "parse_tool_argv", "refuse", "secret_from_flags"]

@@ -11,7 +11,7 @@ a text is tokenised:
   constants (:func:`generator_bounds`): K at most :data:`wmspec_jax.speculative.MAX_LOOKAHEAD`, a key
   sequence as :func:`wmspec_jax.key_sequence.check_key_length` allows, a draft tree as
   :func:`wmspec_jax.multidraft.check_branching` allows (at most ``MAX_PATHS`` paths). (m and h cost
-  nothing beyond their bounds either: :mod:`wmspec_jax.detect.lines` refuses a line beyond them.)
+  nothing beyond their bounds either: :mod:`wmspec_jax.lines.text_line` refuses a line beyond them.)
 
 A line outside them is skipped and reported with its line number and the reason, exactly like a line
 that is not JSON (:func:`wmspec_jax.cli.texts.iter_inputs`); the lines after it are still scored.

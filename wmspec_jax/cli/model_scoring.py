@@ -54,8 +54,8 @@ from absl import flags
 
 from wmspec_jax import setting
 from wmspec_jax.cli.texts import InputError
-from wmspec_jax.detect import lines as lines_lib
-from wmspec_jax.detect import scoring
+from wmspec_jax.lines import text_line as lines_lib
+from wmspec_jax.lines import scoring
 
 FAMILIES = ("gumbel", "synthid", "kgw")
 """The recorded decoders with a model-assisted detector (their statistics' law is the one the weights use)."""

@@ -1,11 +1,11 @@
 """``wmspec-detect``'s flags of how texts are scored and judged: the detectors, their options, the verdict,
-corpus dedup, windows and the edit test of key-sequence texts (:class:`wmspec_jax.detect.scoring.ScoringOptions`)."""
+corpus dedup, windows and the edit test of key-sequence texts (:class:`wmspec_jax.lines.scoring.ScoringOptions`)."""
 
 from __future__ import annotations
 
 from absl import flags
 
-from wmspec_jax.detect import scoring
+from wmspec_jax.lines import scoring
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -38,7 +38,7 @@ def define_flags(fv: flags.FlagValues) -> None:
 
 
 def scoring_options(fv: flags.FlagValues) -> scoring.ScoringOptions:
-    """The :class:`~wmspec_jax.detect.scoring.ScoringOptions` the flags give."""
+    """The :class:`~wmspec_jax.lines.scoring.ScoringOptions` the flags give."""
     return scoring.ScoringOptions(alpha=fv.alpha, min_tokens=fv.min_tokens, windowed=fv.windowed,
                                   min_window=fv.min_window, batch_size=fv.batch_size, tau=fv.tau,
                                   draft_fraction=fv.draft_fraction, kgw_gamma=fv.kgw_gamma,

@@ -42,18 +42,17 @@ Pipeline (see ``docs/detection.md``):
    (``SpeculativeConfig.key_sequence``; Kuditipudi et al.): :func:`edit_test`, the
    Levenshtein alignment with the key over all offsets and its permutation
    p-value, robust to inserted and deleted tokens.
-9. :func:`score_texts` — what ``wmspec-detect`` runs on JSON records:
-   each line's settings and keys read and checked (:mod:`.lines`,
-   :class:`Overrides`), texts grouped by settings, scored by the requested
-   detectors, one result line per text (:mod:`.scoring`,
-   :class:`ScoringOptions`).
+
+From JSON lines to result lines (what ``wmspec-detect`` runs: each line's
+settings and keys read and checked, texts grouped by settings, scored by
+the requested detectors): :mod:`wmspec_jax.lines` (:func:`~wmspec_jax.lines.score_texts`).
 """
 
 from wmspec_jax._lazy import attach
 
 SUBMODULES = (
-    "bayes", "bayes_training", "common", "corpus", "draft_routes", "edit_alignment", "exact_tails", "gumbel", "io", "kgw", "lines", "metrics",
-    "model_assisted", "model_replay", "provenance", "pvalues", "registry", "scoring", "soft", "streams", "streams_batches",
+    "bayes", "bayes_training", "common", "corpus", "draft_routes", "edit_alignment", "exact_tails", "gumbel", "io", "kgw", "metrics",
+    "model_assisted", "model_replay", "provenance", "pvalues", "registry", "soft", "streams", "streams_batches",
     "streams_compute", "streams_types", "synthid", "synthid_search", "token_probs", "weighted", "windows",
 )
 _NAMES = {
@@ -68,10 +67,6 @@ _NAMES = {
     "Detector": "common",
     "GreenCount": "kgw",
     "GumbelStats": "streams_types",
-    "LineError": "lines",
-    "Overrides": "lines",
-    "ScoringOptions": "scoring",
-    "TextLine": "lines",
     "MeanTest": "synthid",
     "Oracle": "gumbel",
     "Provenance": "provenance",
@@ -122,9 +117,7 @@ _NAMES = {
     "score_bayes": "bayes",
     "score_oracle": "gumbel",
     "score_single": "gumbel",
-    "score_lines": "scoring",
     "score_soft": "soft",
-    "score_texts": "scoring",
     "shared_context_fraction": "corpus",
     "shared_context_warning": "corpus",
     "min_calibration_texts": "corpus",

@@ -3,7 +3,7 @@
 Every detector is a small typed object (:class:`.common.Detector`) with a
 ``score(stats, *, source=None) -> Scores`` method. This module maps
 
-* user-facing **names** (``wmspec-detect --detector=NAME``, the experiments'
+* user-facing **names** (the tools' detector names, the experiments'
   detector sets) to how a detector is made: built from its settings alone
   (key-only detectors: single stream, Ars-τ with a given τ, Ars-Prior with a
   given p, the SynthID mean tests) or fitted on training data and loaded from
@@ -28,7 +28,7 @@ from typing import Any, Callable, Mapping, Optional
 import importlib
 
 # The detector modules are imported when a detector is made or loaded, not with the registry:
-# listing the names (a tool's --help) does not start JAX.
+# listing the names (a tool's help) does not start JAX.
 
 
 def _module(name: str):
@@ -83,10 +83,10 @@ def _entries():
     return [
         Entry("single", g, "y^T of every token: the basic (non-speculative) watermark",
               lambda prov: gumbel().SingleStream(prov), paper="Sec. 4.2"),
-        Entry("ars-tau", g, "y^D if u < tau else y^T; tau from a saved detector or --tau",
+        Entry("ars-tau", g, "y^D if u < tau else y^T; tau from a saved detector or `tau`",
               lambda prov, tau=0.5: gumbel().ArsTau(prov, tau), {"tau": 0.5}, paper="Eq. 11"),
         Entry("ars-prior", g, "y^D with probability p per token, keyed coins (deterministic: a function of the key "
-              "and the text); p from --draft_fraction, else the line's draft_fraction, else 0.5",
+              "and the text); p from `draft_fraction`, else the line's draft_fraction, else 0.5",
               lambda prov, draft_fraction=0.5: gumbel().ArsPrior(prov, draft_fraction),
               {"draft_fraction": 0.5}, paper="Eq. 12 (keyed coins)"),
         Entry("oracle", g, "the true stream of each token (needs generation records)",
@@ -107,7 +107,7 @@ def _entries():
               needs_source=True, paper="App. D"),
         Entry("bayes-single", s, "single-stream Bayesian detector; trained (saved detector)", paper="App. D"),
         Entry("kgw-green", "kgw", "KGW's green-token count (target stream's green list of ⌊γV⌋ tokens), exact "
-              "binomial p-value; gamma from --kgw_gamma, else the line's kgw_gamma, else 0.25; vocab_size: V",
+              "binomial p-value; gamma from `kgw_gamma`, else the line's kgw_gamma, else 0.25; vocab_size: V",
               lambda prov, gamma=0.25, vocab_size=None: _module("kgw").GreenCount(prov, gamma, vocab_size),
               {"gamma": 0.25, "vocab_size": None}),
     ]
@@ -190,7 +190,7 @@ def name_of(detector) -> str:
 
 
 def help_text() -> str:
-    """The registry as lines for ``--help``."""
+    """The registry as lines of help (options a detector takes by name in backquotes: `tau`)."""
     lines = []
     for e in ENTRIES.values():
         opts = f" [{', '.join(f'{k}={v}' for k, v in e.options.items())}]" if e.options else ""

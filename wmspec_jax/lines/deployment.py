@@ -40,8 +40,8 @@ from typing import Callable, Optional, Sequence
 
 from wmspec_jax import deployment_record, keys, text_record
 from wmspec_jax import prf_keys as prf
-from wmspec_jax.detect import lines as lines_mod
-from wmspec_jax.detect.lines import LineError
+from wmspec_jax.lines import text_line as lines_mod
+from wmspec_jax.lines.text_line import LineError
 
 MAX_SCAN_KEYS = 4096
 """The most issued keys a text the record does not know is scored under (each costs one scoring)."""
@@ -87,14 +87,14 @@ def resolve(explicit: Optional[str], inputs: Sequence[str], secret: keys.Secret,
         if os.path.isfile(candidate):
             body = deployment_record.read_body(candidate)
             if ignore_provenance and body.get("key_fingerprint") != secret.fingerprint:
-                note(f"{candidate}: a deployment record of another secret, not used (--ignore_provenance)")
+                note(f"{candidate}: a deployment record of another secret, not used (`ignore_provenance`)")
                 continue
             found[candidate] = deployment_record.from_body(body, secret, candidate)
     distinct = {(d.key_derivation, d.prf_version, repr(sorted(d.settings.items()))) for d in found.values()}
     if len(distinct) > 1:
         raise deployment_record.RecordError(
             f"the inputs have deployment records of different settings ({', '.join(sorted(found))}): score them "
-            "in separate runs, or pass --deployment")
+            "in separate runs, or pass `deployment`")
     if found:
         records = list(found.values())
         first = records[0]
@@ -127,11 +127,11 @@ def check_flags(dep, given: dict, detectors: Sequence[str]) -> None:
         if name in ("run", "index"):
             raise LineError(f"--{name}: the deployment record {dep.source} decides each text's key (the text's "
                             "issued key when its token ids are one the record issued, else every issued key with "
-                            "the p-value corrected for their number); --run / --index name keys without a record")
+                            "the p-value corrected for their number); `run` / `index` name keys without a record")
         if name == "keys":
             derivation = {"deployment": keys.DIRECT, "per_text": keys.KEY_DERIVATION}.get(value)
             if derivation is not None and derivation != dep.key_derivation:
-                raise LineError(f"--keys={value} contradicts the deployment record {dep.source} (key derivation "
+                raise LineError(f"`keys`={value} contradicts the deployment record {dep.source} (key derivation "
                                 f"{dep.key_derivation})")
             continue
         if name not in wanted:
@@ -144,8 +144,8 @@ def check_flags(dep, given: dict, detectors: Sequence[str]) -> None:
                             "deployment decides how every text is scored (docs/tools.md, \"The deployment rule\")")
     first = next((d.strip() for d in detectors if d.strip()), "auto")
     if first not in (dep.detector, "auto") and not _is_auto(first, dep):
-        raise LineError(f"--detector={first}: the deployment record {dep.source} scores with {dep.detector!r}; "
-                        "other detectors may follow it (--detector=auto,NAME) and are reported beside it")
+        raise LineError(f"`detector`={first}: the deployment record {dep.source} scores with {dep.detector!r}; "
+                        "other detectors may follow it (`detector`=auto,NAME) and are reported beside it")
 
 
 def _is_auto(name: str, dep) -> bool:
@@ -300,13 +300,13 @@ class Rule:
         if fp is not None and not secret.matches_fingerprint(fp) and not self.ignore_provenance:
             raise LineError(f"{where}: the line was generated with key fingerprint {str(fp)[:20]}, but the given "
                             f"secret's is {secret.fingerprint}: scoring it anyway would answer for another watermark "
-                            "(pass --ignore_provenance to score it regardless)")
+                            "(pass `ignore_provenance` to score it regardless)")
         differences = [] if self.ignore_provenance else declared_differences(record, dep)
         key_diff = [d for d in differences if d.startswith("key_derivation=")]
         if key_diff:
             raise LineError(f"{where}: the line declares {key_diff[0]}: the deployment {dep.source} decides the "
                             "keys" + ("" if dep.signed else "; per-text keys need the run's own deployment record "
-                                      "(--deployment=PATH)"))
+                                      "(`deployment`=PATH)"))
         base = self.base_record(record)
         exact = dep.lookup(ids) if dep.signed else []
         if exact and record.get("candidate") is not None:
@@ -320,7 +320,7 @@ class Rule:
             if not self.try_declared:
                 raise LineError(f"{where}: the line declares {'; '.join(differences)}: the deployment "
                                 f"{dep.source} decides how a text is scored, never the line (pass "
-                                "--try_declared_settings to score it both ways, the p-value corrected for the two)")
+                                "`try_declared_settings` to score it both ways, the p-value corrected for the two)")
             signature = tuple(sorted((k, repr(record.get(k))) for k in SCORING_FIELDS))
             seen = self.declared_tried.setdefault(tuple(ids), (signature, where))
             if seen[0] != signature:
@@ -459,7 +459,7 @@ def score_chunk(rule: Rule, inputs: Sequence, ids: Sequence, recorded: Sequence,
     Each line is planned (:meth:`Rule.plan`; a line the rule refuses gets its
     error line and the others are scored), every variant read by
     ``read(record, where, number, ids, recorded_ids, offsets, declared)``
-    (a :class:`wmspec_jax.detect.lines.TextLine`), all scored together by
+    (a :class:`wmspec_jax.lines.text_line.TextLine`), all scored together by
     ``score(text_lines)`` and each line's results combined (:func:`combine`).
     ``memo``: a text submitted again under the same claims gets the result
     already computed (off where scoring depends on the order of texts, e.g.

@@ -5,7 +5,7 @@ experiment (the text line of :mod:`wmspec_jax.text_record`; one of a newer
 format than this package reads is an error naming the line), or any
 ``{"text": ...}`` — or a plain text (its record ``{}``). :func:`read_line` turns it into a :class:`TextLine`: the decoder
 settings, the keys and the token ids the detectors score
-(:func:`wmspec_jax.detect.scoring.score_lines`).
+(:func:`wmspec_jax.lines.scoring.score_lines`).
 
 Where a value comes from: a value the user fixed for every text
 (:class:`Overrides`, the tool's flags) must agree with the line's, else
@@ -87,14 +87,14 @@ class Overrides:
             if value is not None and value not in decoders.names():
                 raise LineError(f"--{name}={value}: unknown decoder; known: {', '.join(decoders.names())}")
         if self.keys not in KEY_CHOICES:
-            raise LineError(f"--keys={self.keys}: one of {', '.join(KEY_CHOICES)}")
+            raise LineError(f"`keys`={self.keys}: one of {', '.join(KEY_CHOICES)}")
         if self.run is not None and not self.run:
-            raise LineError("--run must not be empty")
+            raise LineError("`run` must not be empty")
         if self.key_sequence is not None and not 0 <= self.key_sequence <= max_key_length():
-            raise LineError(f"--key_sequence={self.key_sequence}: 0 (streams keyed by context) or the generator's "
+            raise LineError(f"`key_sequence`={self.key_sequence}: 0 (streams keyed by context) or the generator's "
                             f"key length n in 1..{max_key_length()}")
         if self.siblings is not None and self.siblings > multidraft_cap():
-            raise LineError(f"--siblings={self.siblings} exceeds {multidraft_cap()}: a draft tree has at most "
+            raise LineError(f"`siblings`={self.siblings} exceeds {multidraft_cap()}: a draft tree has at most "
                             f"{multidraft_cap()} paths, so no node has more children")
 
     def given(self, name: str) -> bool:
@@ -181,7 +181,7 @@ def key_sequence_of(record: dict, where: str, overrides: Overrides) -> int:
     recorded = record_int(record, "key_sequence", where, 0, max_key_length() + 1)
     if overrides.given("key_sequence"):
         if recorded is not None and recorded != overrides.key_sequence:
-            conflict(overrides, where, f"key_sequence={recorded}", f"--key_sequence={overrides.key_sequence} was given")
+            conflict(overrides, where, f"key_sequence={recorded}", f"`key_sequence`={overrides.key_sequence} was given")
         return overrides.key_sequence
     return recorded or 0
 
@@ -211,7 +211,7 @@ def conflict(overrides: Overrides, where: str, what: str, ours: str) -> None:
     """A line's ``what`` disagrees with ``ours``: an error unless ``ignore_provenance``."""
     if not overrides.ignore_provenance:
         raise LineError(f"{where}: the line was generated with {what}, but {ours}: scoring it anyway "
-                        "would answer for another watermark (pass --ignore_provenance to score it regardless)")
+                        "would answer for another watermark (pass `ignore_provenance` to score it regardless)")
 
 
 def _statistic(name: Optional[str]) -> Optional[str]:
@@ -256,8 +256,8 @@ def settings_of(record: dict, where: str, overrides: Overrides, defaults: dict) 
     family = decoders.WatermarkDecoder.from_name
     if draft is not None and family(draft).family != family(decoder).family:
         raise LineError(f"{where}: a {draft} draft stream under a {decoder} target stream cannot be scored "
-                        "together (both must be uniform-statistic decoders); pass --draft_decoder="
-                        f"{record.get('decoder') or decoder} --ignore_provenance to score the target stream's "
+                        "together (both must be uniform-statistic decoders); pass `draft_decoder`="
+                        f"{record.get('decoder') or decoder} `ignore_provenance` to score the target stream's "
                         "decoder on every token")
     return decoder, family(decoder, chosen["synthid_layers"]).num_layers, chosen["context_width"], draft
 
@@ -278,7 +278,7 @@ def siblings_of(record: dict, where: str, overrides: Overrides, default: int) ->
     if overrides.given("siblings"):
         if recorded is not None and recorded != overrides.siblings:
             conflict(overrides, where, f"draft_tree={tree} (siblings={recorded})",
-                     f"--siblings={overrides.siblings} was given")
+                     f"`siblings`={overrides.siblings} was given")
         return overrides.siblings
     return default if recorded is None else recorded
 
@@ -321,7 +321,7 @@ def key_of(record: dict, where: str, number: int, overrides: Overrides,
     if overrides.run is not None:
         index = overrides.index + number
         if index >= KEY_INDEX_LIMIT:
-            raise LineError(f"--index={overrides.index}: text indices must stay below 2^64")
+            raise LineError(f"`index`={overrides.index}: text indices must stay below 2^64")
         return overrides.run, index
     derivation = record.get("key_derivation")
     if derivation is not None and derivation not in (keys.DIRECT, keys.KEY_DERIVATION):
@@ -329,7 +329,7 @@ def key_of(record: dict, where: str, number: int, overrides: Overrides,
                         f"{keys.DIRECT!r} and {keys.KEY_DERIVATION!r})")
     wanted = {"deployment": keys.DIRECT, "per_text": keys.KEY_DERIVATION}.get(overrides.keys)
     if wanted is not None and derivation is not None and derivation != wanted:
-        conflict(overrides, where, f"key_derivation {derivation}", f"--keys={overrides.keys} was given")
+        conflict(overrides, where, f"key_derivation {derivation}", f"`keys`={overrides.keys} was given")
     if wanted is None:
         wanted = derivation
     if wanted == keys.KEY_DERIVATION:
@@ -342,9 +342,9 @@ def key_of(record: dict, where: str, number: int, overrides: Overrides,
     return None, None
 
 
-def recorded_ids(record: dict, where: str, vocab: int, flag: str = "--tokenizer") -> Optional[list]:
+def recorded_ids(record: dict, where: str, vocab: int, flag: str = "`tokenizer`") -> Optional[list]:
     """The line's generated token ids (``tokens``), checked against the vocabulary; None when it has none.
-    ``flag``: the tool's flag that chose the tokenizer (named in the error)."""
+    ``flag``: the option that chose the tokenizer (named in the error)."""
     ids = record.get("tokens")
     if ids is None:
         return None
@@ -401,7 +401,7 @@ def check_text_matches_tokens(tokenizer, wheres: Sequence[str], texts: Sequence[
             raise LineError(
                 f"{wheres[i]}: the line's text is not what its {len(recorded[i])} recorded token ids decode "
                 f"to (after normalisation: {_first_difference(text, texts[i])}); the tokens would be scored "
-                "for a text the line does not hold. Pass --score_text to score the line's text (re-tokenised) "
+                "for a text the line does not hold. Pass `score_text` to score the line's text (re-tokenised) "
                 "instead of its tokens, or remove the 'tokens' field")
 
 

@@ -2,7 +2,7 @@
 
 This is what ``wmspec-detect`` runs between reading its inputs and writing
 its output, as a library (:func:`score_texts` for JSON records,
-:func:`score_lines` for read :class:`~wmspec_jax.detect.lines.TextLine` s):
+:func:`score_lines` for read :class:`~wmspec_jax.lines.text_line.TextLine` s):
 
 1. the detectors — registry names (``auto``: the decoder's default,
    :data:`wmspec_jax.detect.DEFAULTS`) or saved files
@@ -33,8 +33,8 @@ import numpy as np
 
 from wmspec_jax import keys
 from wmspec_jax import prf_keys as prf
-from wmspec_jax.detect.lines import LineError, Overrides, TextLine, read_line, recorded_ids, stream_keys
-from wmspec_jax.detect.lines import conflict as _conflict
+from wmspec_jax.lines.text_line import LineError, Overrides, TextLine, read_line, recorded_ids, stream_keys
+from wmspec_jax.lines.text_line import conflict as _conflict
 
 NOT_ENOUGH = "not enough tokens"
 DEDUP_CHOICES = ("none", "corpus")
@@ -78,27 +78,27 @@ class ScoringOptions:
             return math.isfinite(x) and (low <= x if closed_low else low < x) and (x <= high if closed_high else x < high)
 
         if not inside(self.alpha, 0.0, 1.0, closed_low=False):
-            raise LineError(f"--alpha must be a number in (0, 1], got {self.alpha}")
+            raise LineError(f"`alpha` must be a number in (0, 1], got {self.alpha}")
         if self.tau is not None and not inside(self.tau, 0.0, 1.0):
-            raise LineError(f"--tau must be a number in [0, 1], got {self.tau}")
+            raise LineError(f"`tau` must be a number in [0, 1], got {self.tau}")
         if self.kgw_gamma is not None and not inside(self.kgw_gamma, 0.0, 1.0, False, False):
-            raise LineError(f"--kgw_gamma must lie in (0, 1), got {self.kgw_gamma}")
+            raise LineError(f"`kgw_gamma` must lie in (0, 1), got {self.kgw_gamma}")
         if not (math.isfinite(self.edit_gamma) and self.edit_gamma >= 0):
-            raise LineError(f"--edit_gamma must be a finite number >= 0, got {self.edit_gamma}")
+            raise LineError(f"`edit_gamma` must be a finite number >= 0, got {self.edit_gamma}")
         if isinstance(self.null_keys, bool) or not isinstance(self.null_keys, int) or not 1 <= self.null_keys <= 9999:
-            raise LineError(f"--null_keys must be an int in [1, 9999], got {self.null_keys}")
+            raise LineError(f"`null_keys` must be an int in [1, 9999], got {self.null_keys}")
         if self.dedup not in DEDUP_CHOICES:
-            raise LineError(f"--dedup={self.dedup}: one of {', '.join(DEDUP_CHOICES)}")
+            raise LineError(f"`dedup`={self.dedup}: one of {', '.join(DEDUP_CHOICES)}")
         if self.draft_fraction is not None and not inside(self.draft_fraction, 0.0, 1.0):
-            raise LineError(f"--draft_fraction must be a number in [0, 1], got {self.draft_fraction}")
+            raise LineError(f"`draft_fraction` must be a number in [0, 1], got {self.draft_fraction}")
         if self.sibling_weights is not None:
             shown = ",".join(str(w) for w in self.sibling_weights)
             try:
                 weights = [float(w) for w in self.sibling_weights]
             except (TypeError, ValueError):
-                raise LineError(f"--sibling_weights must be numbers, got {shown}") from None
+                raise LineError(f"`sibling_weights` must be numbers, got {shown}") from None
             if not weights or not all(math.isfinite(w) and w > 0 for w in weights):
-                raise LineError(f"--sibling_weights must be positive numbers, got {shown}")
+                raise LineError(f"`sibling_weights` must be positive numbers, got {shown}")
             object.__setattr__(self, "sibling_weights", tuple(weights))
 
 
@@ -128,28 +128,28 @@ def parse_detectors(items: Sequence[str]) -> list:
         if item == "auto" or (item in detect.registry.ENTRIES and not os.path.exists(item)):
             entry = detect.registry.ENTRIES.get(item)
             if entry is not None and entry.needs_source:
-                raise LineError(f"--detector={item}: needs generation records (token sources); text alone cannot "
+                raise LineError(f"`detector`={item}: needs generation records (token sources); text alone cannot "
                                 "be scored with it")
             if entry is not None and entry.trained:
-                raise LineError(f"--detector={item}: a fitted detector; pass its saved file (experiments/detection.py "
+                raise LineError(f"`detector`={item}: a fitted detector; pass its saved file (experiments/detection.py "
                                 "writes them to <output_dir>/detectors/)")
             specs.append(DetectorSpec(item))
         elif _looks_like_path(item):
             if not os.path.exists(item):
-                raise LineError(f"--detector={item}: no such detector file")
+                raise LineError(f"`detector`={item}: no such detector file")
             try:
                 d = detect.load_detector(item)
             except (ValueError, OSError) as e:
-                raise LineError(f"--detector={item}: {e}") from None
+                raise LineError(f"`detector`={item}: {e}") from None
             if d.needs_source:
-                raise LineError(f"--detector={item}: a {d.label} detector needs generation records (token sources); "
+                raise LineError(f"`detector`={item}: a {d.label} detector needs generation records (token sources); "
                                 "text alone cannot be scored with it")
             specs.append(DetectorSpec(detect.registry.name_of(d), d, item))
         else:
-            raise LineError(f"--detector={item}: unknown detector; registry names: "
+            raise LineError(f"`detector`={item}: unknown detector; registry names: "
                             f"{', '.join(detect.registry.ENTRIES)}, or a saved .npz file")
     if not specs:
-        raise LineError("--detector is empty")
+        raise LineError("`detector` is empty")
     return specs
 
 
@@ -183,7 +183,7 @@ def build_detector(spec: DetectorSpec, provenance, options: ScoringOptions, draf
     try:
         return detect.make(name, provenance, **given)
     except ValueError as e:
-        raise LineError(f"--detector={name}: {e}") from None
+        raise LineError(f"`detector`={name}: {e}") from None
 
 
 def verdict(calibrated: bool, n: int, log_p: float, score: float, options: ScoringOptions) -> str:
@@ -271,7 +271,7 @@ def search_weights(options: ScoringOptions, siblings: int, where: str) -> list:
 
     given = None if options.sibling_weights is None else [float(w) for w in options.sibling_weights]
     if given is not None and len(given) != siblings:
-        raise LineError(f"{where}: the text searches {siblings} sibling streams; --sibling_weights gives "
+        raise LineError(f"{where}: the text searches {siblings} sibling streams; `sibling_weights` gives "
                         f"{len(given)} weights")
     return list(resolved_sibling_weights(given, siblings))
 
@@ -286,7 +286,7 @@ def _group_detectors(lines: Sequence[TextLine], specs, options: ScoringOptions, 
     if not detectors:
         usable = [n for n in detect.registry.names(settings.family, buildable=True)
                   if not detect.registry.entry(n).needs_source]
-        raise LineError(f"no --detector applies to {first.decoder} texts ({first.where}, ...): add one of "
+        raise LineError(f"no `detector` applies to {first.decoder} texts ({first.where}, ...): add one of "
                         f"{', '.join(usable)} or a saved file")
     return detectors
 
@@ -449,8 +449,8 @@ def score_edit_group(secret, lines: Sequence[TextLine], options: ScoringOptions,
 
     first = lines[0]
     if options.alpha < 1.0 / (options.null_keys + 1):
-        raise LineError(f"{first.where}: --alpha={options.alpha} is below the edit test's smallest p-value "
-                        f"1/(T + 1) with --null_keys={options.null_keys}: raise --null_keys")
+        raise LineError(f"{first.where}: `alpha`={options.alpha} is below the edit test's smallest p-value "
+                        f"1/(T + 1) with `null_keys`={options.null_keys}: raise `null_keys`")
     decoder = decoders.WatermarkDecoder.from_name
     order = sorted(lines, key=lambda line: len(line.ids))
     chunk_size = min(options.batch_size, 64)
@@ -539,7 +539,7 @@ def score_foreign(scheme, records: Sequence[dict], wheres: Sequence[str], ids: S
             line["id"] = record["id"]
         named = record.get("scheme")
         if isinstance(named, dict) and named.get("name") not in (None, scheme.name):
-            _conflict(overrides, where, f"scheme {named.get('name')}", f"--scheme_config is {scheme.name}")
+            _conflict(overrides, where, f"scheme {named.get('name')}", f"`scheme_config` is {scheme.name}")
         bounded = max(log_p, -745.0)  # below float64's smallest p: reported as its log bound
         line.update(num_tokens=len(toks), detector=detector, num_scored=n,
                     verdict=verdict(True, n, log_p, float(score), options),
