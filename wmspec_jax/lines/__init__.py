@@ -11,7 +11,9 @@ result lines:
 2. :mod:`.scoring` — detectors by name or file, lines grouped by settings and keys, one result line per
    text (:func:`score_texts` for JSON records, :func:`score_lines` for read lines,
    :class:`ScoringOptions`).
-3. :mod:`.deployment` — which settings and keys a run scores under when the lines cannot be believed
+3. :mod:`.model_scoring` — with the generator's models: each line's prompt and settings, the
+   model-assisted p-value beside the key-only detectors (:class:`~.model_scoring.ModelScorer`).
+4. :mod:`.deployment` — which settings and keys a run scores under when the lines cannot be believed
    (:class:`~.deployment.Rule`: the deployment record signed with the secret, corrections for what a line
    may claim).
 
@@ -22,7 +24,7 @@ the tool's flag of the same name).
 
 from wmspec_jax._lazy import attach
 
-SUBMODULES = ("deployment", "scoring", "text_line")
+SUBMODULES = ("deployment", "model_scoring", "scoring", "text_line")
 _NAMES = {
     "LineError": "text_line",
     "Overrides": "text_line",
