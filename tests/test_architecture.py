@@ -246,7 +246,10 @@ def test_every_module_says_what_it_offers():
     import importlib
 
     unexported = []
-    for package in ("wmspec_jax", "wmspec_jax.detect", "wmspec_jax.lab"):
+    faces = [name for name, path in modules().items() if path.endswith("__init__.py")
+             and re.search(r"^_NAMES = \{", open(path, encoding="utf-8").read(), re.M)]
+    assert {"wmspec_jax", "wmspec_jax.detect", "wmspec_jax.lines"} <= set(faces)
+    for package in faces:
         names = getattr(importlib.import_module(package), "_NAMES")
         for public, where in names.items():
             module = modules()[f"{package}.{where}"]

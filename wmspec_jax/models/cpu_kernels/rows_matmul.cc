@@ -7,8 +7,9 @@
 // over XLA's intra-op thread pool.
 //
 // Every output element is the same sum in the same order whatever the number of rows, the row
-// group it falls in or the thread that computes it: eight lanes accumulate in = 0, 8, 16, ...
-// (fused multiply-adds), the lanes are added pairwise, then the tail in order. A row's result is
+// group it falls in or the thread that computes it: two sets of eight lanes accumulate the chunks
+// in = 0, 16, 32, ... and 8, 24, 40, ... (fused multiply-adds; an odd last chunk goes to the first),
+// the two are added, the lanes are added pairwise, then the tail in order. A row's result is
 // therefore bit for bit the same in a one-token decode step and in a K + 1-token verification pass.
 #include <atomic>
 #include <cmath>
@@ -40,38 +41,45 @@ inline float LaneSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// OB weight rows [o, o + OB) against M rows of x: OB * M independent accumulators.
+// OB weight rows [o, o + OB) against M rows of x. Each output has two accumulators, one for the
+// 8-float chunks at in = 0, 16, 32, ... and one for those at 8, 24, 40, ...: twice the independent
+// fused multiply-add chains, so products of 3-4 rows are not bound by the instruction's latency.
 template <int M, int OB>
 inline void Block(const float* __restrict w, const float* __restrict x, float* __restrict y, int64_t in,
                   int64_t out, int64_t o) {
-  __m256 acc[OB][M];
+  __m256 even[OB][M], odd[OB][M];
 #pragma GCC unroll 16
   for (int b = 0; b < OB; ++b)
 #pragma GCC unroll 16
-    for (int m = 0; m < M; ++m) acc[b][m] = _mm256_setzero_ps();
+    for (int m = 0; m < M; ++m) even[b][m] = odd[b][m] = _mm256_setzero_ps();
   int64_t i = 0;
-  for (; i + 8 <= in; i += 8) {
+  for (; i + 16 <= in; i += 16) {
 #pragma GCC unroll 16
     for (int b = 0; b < OB; ++b) {
-      __m256 wv = _mm256_loadu_ps(w + (o + b) * in + i);
+      __m256 w0 = _mm256_loadu_ps(w + (o + b) * in + i), w1 = _mm256_loadu_ps(w + (o + b) * in + i + 8);
 #pragma GCC unroll 16
-      for (int m = 0; m < M; ++m) acc[b][m] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + m * in + i), acc[b][m]);
+      for (int m = 0; m < M; ++m) {
+        even[b][m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * in + i), even[b][m]);
+        odd[b][m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + m * in + i + 8), odd[b][m]);
+      }
     }
   }
+  const bool one_more = i + 8 <= in;  // a last 8-float chunk goes to the even accumulator
   for (int b = 0; b < OB; ++b) {
     for (int m = 0; m < M; ++m) {
-      float t = LaneSum(acc[b][m]);
-      for (int64_t j = i; j < in; ++j) t = std::fma(w[(o + b) * in + j], x[m * in + j], t);
+      __m256 e = even[b][m];
+      if (one_more) e = _mm256_fmadd_ps(_mm256_loadu_ps(w + (o + b) * in + i), _mm256_loadu_ps(x + m * in + i), e);
+      float t = LaneSum(_mm256_add_ps(e, odd[b][m]));
+      for (int64_t j = one_more ? i + 8 : i; j < in; ++j) t = std::fma(w[(o + b) * in + j], x[m * in + j], t);
       y[m * out + o + b] = t;
     }
   }
 }
 
-// Weight rows [o0, o1) (at most kTile) against M rows of x. The blocking keeps 8 accumulators
-// (4 at M = 4, where 8 measured slower).
+// Weight rows [o0, o1) (at most kTile) against M rows of x, 8 accumulators a block (12 for M = 2).
 template <int M>
 inline void Rows(const float* w, const float* x, float* y, int64_t in, int64_t out, int64_t o0, int64_t o1) {
-  constexpr int OB = M == 1 ? 8 : M == 2 ? 4 : M == 3 ? 2 : 1;
+  constexpr int OB = M == 1 ? 4 : M == 2 ? 3 : 1;
   int64_t o = o0;
   for (; o + OB <= o1; o += OB) Block<M, OB>(w, x, y, in, out, o);
   for (; o < o1; ++o) Block<M, 1>(w, x, y, in, out, o);
