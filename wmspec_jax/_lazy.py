@@ -34,7 +34,8 @@ def attach(package: str, submodules: Iterable[str], names: Mapping[str, str]) ->
     def __dir__():
         return everything
 
-    return __getattr__, __dir__, everything
+    # a name with a leading underscore is reachable (the package's tests use some) but not public
+    return __getattr__, __dir__, [name for name in everything if not name.startswith("_")]
 
 
 __all__ = ["attach"]
