@@ -1,6 +1,6 @@
 """The public face, watched: the names each package of ``wmspec_jax`` offers (its ``__all__``) are
-recorded in ``tests/public_face.txt``, so adding, renaming or dropping one is a deliberate change seen in
-review of that file, never a side effect of moving code.
+recorded in ``tests/public_face.txt``, so adding, renaming or dropping one is a deliberate change that
+shows in that file's diff, never a side effect of moving code.
 
 After a deliberate change: ``python -m tests.test_public_face --write`` rewrites the record."""
 
