@@ -18,7 +18,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["wmspec_jax", "wmspec_jax.*"]),
-    package_data={"wmspec_jax": ["assets/*", "assets/**/*", "models/cpu_kernels/*.cc"]},
+    package_data={"wmspec_jax": ["assets/*", "assets/**/*", "models/cpu_kernels/*.cc", "models/cpu_kernels/*.h"]},
     include_package_data=True,
     entry_points={
         "console_scripts": [

@@ -11,7 +11,8 @@ Families: Llama-2 / Llama-3.x, Mistral, Qwen2 / Qwen2.5, Qwen3, Gemma, Gemma-2.
 * :mod:`~wmspec_jax.models.cache` — static-shape ``KVCache`` with per-row lengths.
 * :mod:`~wmspec_jax.models.protocol` — ``make_language_model`` (``step`` / ``rewind`` / ...), input checks.
 * :mod:`~wmspec_jax.models.linear` — products in the config's weight layout; :mod:`~wmspec_jax.models.rows_matmul` —
-  the CPU kernel for products with few rows (a custom call compiled on first use).
+  the CPU kernel for products with few rows, :mod:`~wmspec_jax.models.attention_kernel` — the one for attention of
+  few queries (custom calls compiled on first use by :mod:`~wmspec_jax.models.cpu_kernels`).
 * :mod:`~wmspec_jax.models.partitioning` — Megatron-style layout on a (data, model) mesh.
 * :mod:`~wmspec_jax.models.hf` — local Hugging Face checkpoints: ``load_checkpoint``,
   ``load_pair``, ``check_compatible``, stop tokens.

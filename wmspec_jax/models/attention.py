@@ -36,9 +36,12 @@ are computed once and the cache is read once per text, not once per path.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
+from wmspec_jax.models import attention_kernel
 from wmspec_jax.models.config import TransformerConfig
 from wmspec_jax.models.linear import linear, linear_many
 from wmspec_jax.models.norms import rms_norm
@@ -165,7 +168,42 @@ def attend(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax
     ``while_loop``), which reverse-mode differentiation does not support:
     training code that differentiates through the model passes a ``block``
     of at least the cache capacity (one block, no loop).
+
+    Where the CPU kernels serve the model (:func:`wmspec_jax.models.attention_kernel.usable`: few
+    queries, float32, the ``out_in`` layout), XLA:CPU runs the kernel of
+    :mod:`~wmspec_jax.models.attention_kernel` instead of the loop: the same attention, summed in
+    another order, and independent of ``block``.
     """
+    if attention_kernel.usable(config, q, keys, values):
+        b, t = q.shape[:2]
+        base, ancestors = tree if tree is not None else (jnp.zeros((b,), jnp.int32), jnp.zeros((t, t), bool))
+        return _attend_on_cpu(config, window, block, tree is not None, q, keys, values, positions,
+                              jnp.asarray(base, jnp.int32), jnp.asarray(ancestors, jnp.int32))
+    return _attend_blocks(config, q, keys, values, positions, window, block, tree)
+
+
+def _attend_arrays(config, window, block, is_tree, q, keys, values, positions, base, ancestors):
+    tree = (base, ancestors.astype(bool)) if is_tree else None
+    return _attend_blocks(config, q, keys, values, positions, window, block, tree)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2, 3))
+def _attend_on_cpu(config, window, block, is_tree, q, keys, values, positions, base, ancestors):
+    """The kernel on CPU, XLA's blocks elsewhere; XLA's derivatives."""
+    return jax.lax.platform_dependent(
+        q, keys, values, positions, base, ancestors,
+        cpu=functools.partial(attention_kernel.call, config, window, is_tree),
+        default=functools.partial(_attend_arrays, config, window, block, is_tree))
+
+
+@_attend_on_cpu.defjvp
+def _attend_on_cpu_jvp(config, window, block, is_tree, primals, tangents):
+    return jax.jvp(functools.partial(_attend_arrays, config, window, block, is_tree), primals, tangents)
+
+
+def _attend_blocks(config: TransformerConfig, q: jax.Array, keys: jax.Array, values: jax.Array,
+                   positions: jax.Array, window: int, block: int, tree) -> jax.Array:
+    """:func:`attend` by XLA: the online softmax over the visible blocks (module doc)."""
     b, t, nh, dh = q.shape
     nkv, capacity = config.num_kv_heads, keys.shape[1]
     qg = q.reshape(b, t, nkv, config.q_per_kv, dh)

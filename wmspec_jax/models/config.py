@@ -64,7 +64,9 @@ class TransformerConfig:
     the same model in either layout gives the same logits up to float rounding
     (:func:`wmspec_jax.models.transformer.to_weight_layout` converts). ``row_kernel``: in ``out_in``,
     float32 products with at most :data:`wmspec_jax.models.rows_matmul.MAX_ROWS` rows run on the CPU
-    kernel of :mod:`wmspec_jax.models.rows_matmul` where it is built (False: XLA's dot for all).
+    kernel of :mod:`wmspec_jax.models.rows_matmul` where it is built, and attention of at most
+    :data:`wmspec_jax.models.attention_kernel.MAX_QUERIES` queries per row on the kernel of
+    :mod:`wmspec_jax.models.attention_kernel` (False: XLA's dot and attention loop for all).
     """
 
     family: str

@@ -11,35 +11,20 @@
 // in = 0, 16, 32, ... and 8, 24, 40, ... (fused multiply-adds; an odd last chunk goes to the first),
 // the two are added, the lanes are added pairwise, then the tail in order. A row's result is
 // therefore bit for bit the same in a one-token decode step and in a K + 1-token verification pass.
-#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
-#include "xla/ffi/api/ffi.h"
-
-#if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
-#else
-#error "rows_matmul needs AVX2 and FMA (the Python side falls back to XLA's products without them)"
-#endif
+#include "parallel.h"
 
 namespace ffi = xla::ffi;
+using wmspec::LaneSum;
 
 namespace {
 
 constexpr int64_t kTile = 8;                  // weight rows kept in L1 while every row group passes
 constexpr int64_t kParallelBytes = 1 << 18;   // smaller matrices run on the calling thread alone
 constexpr int64_t kChunksPerThread = 4;
-
-inline float LaneSum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);               // lanes (0+4) (1+5) (2+6) (3+7)
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));      // (0+4)+(2+6), (1+5)+(3+7)
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
 
 // OB weight rows [o, o + OB) against M rows of x. Each output has two accumulators, one for the
 // 8-float chunks at in = 0, 16, 32, ... and one for those at 8, 24, 40, ...: twice the independent
@@ -102,19 +87,10 @@ void Range(const float* w, const float* x, float* y, int64_t rows, int64_t in, i
   }
 }
 
-// Chunks of output rows (of any of the call's matrices) are claimed from a counter by the calling
-// thread and by the tasks given to the pool; a task that starts late finds none left. The caller never
-// waits for a chunk nobody has claimed, so a busy or one-thread pool cannot stall it.
 struct Chunk {
   const float* w;
   float* y;
   int64_t in, out, o0, o1;
-};
-
-struct Work {
-  std::vector<Chunk> chunks;
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> done{0};
 };
 
 // y_j = x w_j^T for every matrix w_j [out_j, in] of the call (one call for products that share their
@@ -128,7 +104,6 @@ ffi::Error RowsMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remain
   const int64_t rows = xd[0], in = xd[1];
   const float* xp = x.typed_data();
   const int64_t threads = pool.num_threads();
-  auto work = std::make_shared<Work>();
   int64_t total = 0;
   std::vector<Chunk> whole;
   for (size_t j = 0; j < weights.size(); ++j) {
@@ -146,26 +121,19 @@ ffi::Error RowsMatmul(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x, ffi::Remain
   }
   // about kChunksPerThread chunks per thread over all matrices, each a multiple of kTile rows
   const int64_t target = threads * kChunksPerThread;
+  auto chunks = std::make_shared<std::vector<Chunk>>();
   for (const Chunk& c : whole) {
     int64_t pieces = (c.out * c.in * target + total - 1) / total;
     if (pieces < 1) pieces = 1;
     const int64_t per = ((c.out + pieces - 1) / pieces + kTile - 1) / kTile * kTile;
     for (int64_t o0 = 0; o0 < c.out; o0 += per) {
-      work->chunks.push_back(Chunk{c.w, c.y, c.in, c.out, o0, o0 + per < c.out ? o0 + per : c.out});
+      chunks->push_back(Chunk{c.w, c.y, c.in, c.out, o0, o0 + per < c.out ? o0 + per : c.out});
     }
   }
-  const int64_t chunks = static_cast<int64_t>(work->chunks.size());
-  auto run = [work, xp, rows, chunks]() {
-    int64_t i;
-    while ((i = work->next.fetch_add(1, std::memory_order_relaxed)) < chunks) {
-      const Chunk& c = work->chunks[i];
-      Range(c.w, xp, c.y, rows, c.in, c.out, c.o0, c.o1);
-      work->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  for (int64_t t = 1; t < threads && t < chunks; ++t) pool.Schedule([run]() { run(); });
-  run();
-  while (work->done.load(std::memory_order_acquire) < chunks) _mm_pause();
+  wmspec::ParallelFor(pool, static_cast<int64_t>(chunks->size()), [chunks, xp, rows](int64_t i) {
+    const Chunk& c = (*chunks)[i];
+    Range(c.w, xp, c.y, rows, c.in, c.out, c.o0, c.o1);
+  });
   return ffi::Error::Success();
 }
 
