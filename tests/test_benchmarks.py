@@ -141,3 +141,15 @@ def test_the_pass_profile_reports_every_layout_against_the_floor(tmp_path):
     assert report["weight_bytes"] > 5e8 and report["floor_ms"] > 0
     assert set(report["profiles"]) == {f"{layout} T={t}" for layout in layouts for t in (1, 2)}
     assert all(p["top_ops"] and p["total_ms"] > 0 for p in report["profiles"].values())
+
+
+def test_the_products_stream_is_reported_against_a_plain_read(tmp_path):
+    out = tmp_path / "stream.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.stream_products", "--rows=1,3", "--layers=2",
+                           "--hidden=64", "--kv_width=16", "--intermediate=96", "--repeats=2", f"--output={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [r["rows"] for r in report["rows"]] == [1, 3]
+    assert report["bytes"] == 2 * 4 * (64 * 64 * 2 + 16 * 64 * 2 + 96 * 64 * 3)
+    assert all(r["over_sum"] > 0 and r["ms_min"] <= r["ms_median"] <= r["ms_max"] for r in report["rows"])

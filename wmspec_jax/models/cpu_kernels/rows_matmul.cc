@@ -22,66 +22,62 @@ using wmspec::LaneSum;
 
 namespace {
 
-constexpr int64_t kTile = 8;                  // weight rows kept in L1 while every row group passes
+// Rows of x are taken two at a time, and every pair passes over a tile of 4 weight rows, which stays in L1
+// after the first pair: with four rows at a time (8 accumulators), products of 3-4 rows streamed the
+// weights 10-30 % slower (python -m benchmarks.stream_products).
+constexpr int64_t kGroup = 2;
+constexpr int64_t kTile = 4;
 constexpr int64_t kParallelBytes = 1 << 18;   // smaller matrices run on the calling thread alone
 constexpr int64_t kChunksPerThread = 4;
 
-// OB weight rows [o, o + OB) against M rows of x. Each output has two accumulators, one for the
-// 8-float chunks at in = 0, 16, 32, ... and one for those at 8, 24, 40, ...: twice the independent
-// fused multiply-add chains, so products of 3-4 rows are not bound by the instruction's latency.
-template <int M, int OB>
-inline void Block(const float* __restrict w, const float* __restrict x, float* __restrict y, int64_t in,
-                  int64_t out, int64_t o) {
-  __m256 even[OB][M], odd[OB][M];
+// Weight row o against M rows of x. Each output has two accumulators, one for the 8-float chunks at
+// in = 0, 16, 32, ... and one for those at 8, 24, 40, ...: twice the independent fused multiply-add
+// chains, so the products are not bound by the instruction's latency. One weight row at a time:
+// the weights are read as one sequential stream per thread (with 3-4 rows interleaved, as blocks of
+// several weight rows did, the stream ran 20-60 % slower: python -m benchmarks.stream_products).
+template <int M>
+inline void Row(const float* __restrict w, const float* __restrict x, float* __restrict y, int64_t in,
+                int64_t out, int64_t o) {
+  __m256 even[M], odd[M];
 #pragma GCC unroll 16
-  for (int b = 0; b < OB; ++b)
-#pragma GCC unroll 16
-    for (int m = 0; m < M; ++m) even[b][m] = odd[b][m] = _mm256_setzero_ps();
+  for (int m = 0; m < M; ++m) even[m] = odd[m] = _mm256_setzero_ps();
+  const float* wo = w + o * in;
   int64_t i = 0;
   for (; i + 16 <= in; i += 16) {
+    __m256 w0 = _mm256_loadu_ps(wo + i), w1 = _mm256_loadu_ps(wo + i + 8);
 #pragma GCC unroll 16
-    for (int b = 0; b < OB; ++b) {
-      __m256 w0 = _mm256_loadu_ps(w + (o + b) * in + i), w1 = _mm256_loadu_ps(w + (o + b) * in + i + 8);
-#pragma GCC unroll 16
-      for (int m = 0; m < M; ++m) {
-        even[b][m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * in + i), even[b][m]);
-        odd[b][m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + m * in + i + 8), odd[b][m]);
-      }
+    for (int m = 0; m < M; ++m) {
+      even[m] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + m * in + i), even[m]);
+      odd[m] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + m * in + i + 8), odd[m]);
     }
   }
   const bool one_more = i + 8 <= in;  // a last 8-float chunk goes to the even accumulator
-  for (int b = 0; b < OB; ++b) {
-    for (int m = 0; m < M; ++m) {
-      __m256 e = even[b][m];
-      if (one_more) e = _mm256_fmadd_ps(_mm256_loadu_ps(w + (o + b) * in + i), _mm256_loadu_ps(x + m * in + i), e);
-      float t = LaneSum(_mm256_add_ps(e, odd[b][m]));
-      for (int64_t j = one_more ? i + 8 : i; j < in; ++j) t = std::fma(w[(o + b) * in + j], x[m * in + j], t);
-      y[m * out + o + b] = t;
-    }
+  for (int m = 0; m < M; ++m) {
+    __m256 e = even[m];
+    if (one_more) e = _mm256_fmadd_ps(_mm256_loadu_ps(wo + i), _mm256_loadu_ps(x + m * in + i), e);
+    float t = LaneSum(_mm256_add_ps(e, odd[m]));
+    for (int64_t j = one_more ? i + 8 : i; j < in; ++j) t = std::fma(wo[j], x[m * in + j], t);
+    y[m * out + o] = t;
   }
 }
 
-// Weight rows [o0, o1) (at most kTile) against M rows of x, 8 accumulators a block (12 for M = 2).
+// Weight rows [o0, o1) (at most kTile) against M rows of x.
 template <int M>
 inline void Rows(const float* w, const float* x, float* y, int64_t in, int64_t out, int64_t o0, int64_t o1) {
-  constexpr int OB = M == 1 ? 4 : M == 2 ? 3 : 1;
-  int64_t o = o0;
-  for (; o + OB <= o1; o += OB) Block<M, OB>(w, x, y, in, out, o);
-  for (; o < o1; ++o) Block<M, 1>(w, x, y, in, out, o);
+  for (int64_t o = o0; o < o1; ++o) Row<M>(w, x, y, in, out, o);
 }
 
 void Range(const float* w, const float* x, float* y, int64_t rows, int64_t in, int64_t out, int64_t o0,
            int64_t o1) {
   for (int64_t t0 = o0; t0 < o1; t0 += kTile) {
     int64_t t1 = t0 + kTile < o1 ? t0 + kTile : o1;
-    for (int64_t r = 0; r < rows; r += 4) {
+    for (int64_t r = 0; r < rows; r += kGroup) {
       const float* xr = x + r * in;
       float* yr = y + r * out;
-      switch (rows - r < 4 ? rows - r : 4) {
-        case 1: Rows<1>(w, xr, yr, in, out, t0, t1); break;
-        case 2: Rows<2>(w, xr, yr, in, out, t0, t1); break;
-        case 3: Rows<3>(w, xr, yr, in, out, t0, t1); break;
-        default: Rows<4>(w, xr, yr, in, out, t0, t1); break;
+      if (rows - r == 1) {
+        Rows<1>(w, xr, yr, in, out, t0, t1);
+      } else {
+        Rows<2>(w, xr, yr, in, out, t0, t1);
       }
     }
   }
