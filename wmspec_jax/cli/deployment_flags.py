@@ -9,7 +9,7 @@ from typing import Sequence
 
 from absl import flags
 
-from wmspec_jax import deployment_record, keys
+from wmspec_jax import deployment_record, keys, scheme_defaults
 from wmspec_jax.cli import flags as cli_flags
 from wmspec_jax.lines import deployment, text_line as lines
 
@@ -101,7 +101,7 @@ def rule(fv, paths: Sequence[str], secret: keys.Secret, defaults: dict, stderr, 
     beside an input, else the flags), the flags checked against it. Raises ``ValueError`` naming the cause."""
     given = {name: fv[name].value for name in CHECKED_FLAGS if fv[name].present}
     settings = {**defaults, "key_sequence": fv.key_sequence or None,
-                "kgw_gamma": 0.25 if fv.kgw_gamma is None else fv.kgw_gamma}
+                "kgw_gamma": scheme_defaults.KGW_GAMMA if fv.kgw_gamma is None else fv.kgw_gamma}
     derivation = keys.KEY_DERIVATION if fv["run"].present else keys.DIRECT
     dep = deployment.resolve(fv.deployment, list(fv.input) + list(paths), secret, settings, derivation,
                              fv.ignore_provenance,

@@ -73,7 +73,7 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from wmspec_jax import keys, text_record
+from wmspec_jax import keys, scheme_defaults, text_record
 from wmspec_jax import prf_keys as prf
 from wmspec_jax.cli import deployment_flags
 from wmspec_jax.cli import flags as cli_flags
@@ -111,9 +111,12 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "replacement (--num_drafts / --draft_tree)", flag_values=fv)
     flags.DEFINE_list("decoder_option", [], "settings of a registered scheme beyond the flags below, as "
                       "name=value (values read as JSON, else as text)", flag_values=fv)
-    flags.DEFINE_float("dipmark_alpha", 0.45, "DiPmark's alpha in [0, 1/2] (--decoder=dipmark)", flag_values=fv)
-    flags.DEFINE_float("kgw_gamma", 0.25, "KGW's green fraction gamma in (0, 1) (--decoder=kgw)", flag_values=fv)
-    flags.DEFINE_float("kgw_delta", 2.0, "KGW's logit bias delta in [0, 64] (--decoder=kgw)", flag_values=fv)
+    flags.DEFINE_float("dipmark_alpha", scheme_defaults.DIPMARK_ALPHA, "DiPmark's alpha in [0, 1/2] "
+                       "(--decoder=dipmark)", flag_values=fv)
+    flags.DEFINE_float("kgw_gamma", scheme_defaults.KGW_GAMMA, "KGW's green fraction gamma in (0, 1) (--decoder=kgw)",
+                       flag_values=fv)
+    flags.DEFINE_float("kgw_delta", scheme_defaults.KGW_DELTA, "KGW's logit bias delta in [0, 64] (--decoder=kgw)",
+                       flag_values=fv)
     cli_flags.define_scheme_flags(
         fv, decoder_help=f"watermark decoder: {', '.join(cli_flags.DECODER_NAMES)} (gamma_reweight: DiPmark with "
         "alpha 1/2), or a scheme registered with wmspec_jax.decoders.register",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from absl import flags
 
+from wmspec_jax import scheme_defaults
 from wmspec_jax.lines import scoring
 
 
@@ -20,7 +21,8 @@ def define_flags(fv: flags.FlagValues) -> None:
                       "(.npz); 'auto': the decoder's default", flag_values=fv)
     flags.DEFINE_float("tau", None, "τ of --detector=ars-tau (default 0.5; a saved Ars-τ has its fitted τ)",
                        flag_values=fv)
-    flags.DEFINE_float("kgw_gamma", None, "KGW's green fraction (default: the line's kgw_gamma, else 0.25)",
+    flags.DEFINE_float("kgw_gamma", None, "KGW's green fraction (default: the line's kgw_gamma, else "
+                       f"{scheme_defaults.KGW_GAMMA})",
                        flag_values=fv)
     flags.DEFINE_float("draft_fraction", None, "p of Ars-Prior (default 0.5; the share of accepted drafts of the "
                        "generator, if known)", flag_values=fv)

@@ -29,6 +29,8 @@ from typing import Any, ClassVar, Mapping, Optional
 
 import jax
 
+from wmspec_jax import scheme_defaults
+
 GUMBEL = "gumbel"
 SYNTHID = "synthid"
 KGW = "kgw"
@@ -36,11 +38,11 @@ FAMILIES = (GUMBEL, SYNTHID, KGW)
 """Which detectors score a scheme's texts: those on one uniform per token and stream (Gumbel-max's U_w
 and every other uniform-valued statistic), those on SynthID's g-values, or KGW's green count."""
 
-DEFAULT_DIPMARK_ALPHA = 0.45
-"""DiPmark's α when none is given (the value Wu et al. 2024 recommend)."""
-DEFAULT_KGW_GAMMA = 0.25
-DEFAULT_KGW_DELTA = 2.0
-"""KGW's green fraction γ and bias δ when none are given (Kirchenbauer et al. 2023's γ = 0.25, δ = 2)."""
+DEFAULT_DIPMARK_ALPHA = scheme_defaults.DIPMARK_ALPHA
+"""DiPmark's α when none is given (:mod:`wmspec_jax.scheme_defaults`)."""
+DEFAULT_KGW_GAMMA = scheme_defaults.KGW_GAMMA
+DEFAULT_KGW_DELTA = scheme_defaults.KGW_DELTA
+"""KGW's green fraction γ and bias δ when none are given (:mod:`wmspec_jax.scheme_defaults`)."""
 SETTINGS_FIELDS = ("synthid_layers", "dipmark_alpha", "kgw_gamma", "kgw_delta", "decoder_options")
 """The fields of a generated line that hold a scheme's settings (:meth:`WatermarkDecoder.settings`)."""
 

@@ -29,14 +29,14 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from wmspec_jax import setting
+from wmspec_jax import scheme_defaults, setting
 from wmspec_jax.lines import scoring
 from wmspec_jax.lines import text_line as lines_lib
 
 FAMILIES = ("gumbel", "synthid", "kgw")
 """The recorded decoders with a model-assisted detector (their statistics' law is the one the weights use)."""
 DEFAULTS = {**{name: setting.DEFAULTS[name] for name in ("method", "lookahead", "temperature", "top_k")},
-            "kgw_delta": 2.0, "kgw_gamma": 0.25}
+            "kgw_delta": scheme_defaults.KGW_DELTA, "kgw_gamma": scheme_defaults.KGW_GAMMA}
 """``wmspec-generate``'s defaults: the settings of a text that records none and that the user did not fix."""
 SETTINGS = ("method", "lookahead", "temperature", "top_k", "kgw_delta")
 """The settings a user may fix for every text (:attr:`ModelScorer.given`)."""
