@@ -10,8 +10,8 @@ store keys the compiled executable by what fixes the program before tracing and 
 
 * the package's source: the path and bytes of every ``.py`` file of ``wmspec_jax`` (an edit or an
   upgrade gives new keys);
-* the Python, JAX, jaxlib, NumPy and ml_dtypes versions, the CPU kernel's source and whether it is
-  built (:func:`wmspec_jax.models.rows_matmul.fingerprint`), the backend's platform and platform
+* the Python, JAX, jaxlib, NumPy and ml_dtypes versions, the CPU kernels' sources and whether they are
+  built (:func:`wmspec_jax.models.cpu_kernels.fingerprint`), the backend's platform and platform
   version, the devices (kind, id, process) and the number of processes;
 * ``XLA_FLAGS`` and every ``JAX_*``, ``XLA_*`` and ``TPU_*`` environment variable, and
   ``jax.config``'s values;
@@ -132,10 +132,10 @@ def _environment() -> list:
     client = devices[0].client
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))
     config = sorted((k, repr(v)) for k, v in jax.config.values.items())
-    from wmspec_jax.models import rows_matmul
+    from wmspec_jax.models import cpu_kernels
 
     return [sys.version, jax.__version__, jaxlib.__version__, numpy.__version__, ml_dtypes.__version__,
-            rows_matmul.fingerprint(),  # also registers the kernel before a stored program is loaded
+            cpu_kernels.fingerprint(),  # also registers the kernels before a stored program is loaded
             client.platform, client.platform_version,
             [(d.device_kind, d.id, d.process_index) for d in devices], jax.process_count(), env, config]
 
