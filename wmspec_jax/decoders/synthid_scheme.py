@@ -11,6 +11,7 @@ reproduces transformers' processor itself). Texts are scored on their g-values
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 from typing import ClassVar
 
@@ -21,11 +22,15 @@ import numpy as np
 from wmspec_jax import prf, validation
 from wmspec_jax.decoders.base import SYNTHID, WatermarkDecoder
 from wmspec_jax.decoders.kernels import _float, _one_hot_like, candidate_tokens, first_argmax, inverse_cdf
+from wmspec_jax.models import cpu_kernels
 
 SYNTHID_LIMIT = "synthid_limit"
 MAX_SYNTHID_LAYERS = 256
 """Most SynthID tournament layers m: a token costs m g-values to generate and to score (the paper uses 30);
 the bound keeps a malformed setting from asking for unbounded work."""
+
+TOURNAMENT_TARGET = "wmspec_tournament"
+"""The XLA custom-call target of the CPU kernel for the tournament (:func:`tournament_packed`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,14 +141,11 @@ def tournament(probs: jax.Array, g_values: jax.Array) -> jax.Array:
 
     Args:
       probs: float[..., V]; g_values: {0,1}[..., m, V], layer 0 applied first.
+
+    The g-values are packed (:func:`pack_g_values`) and run by :func:`tournament_packed`.
     """
-    g_layers = jnp.moveaxis(jnp.asarray(g_values), -2, 0)  # [m, ..., V]
-
-    def body(p, g):
-        return tournament_layer(p, g), None
-
-    out, _ = jax.lax.scan(body, _float(probs), g_layers)
-    return out
+    g = jnp.asarray(g_values)
+    return tournament_packed(probs, pack_g_values(g), g.shape[-2])
 
 
 def tournament_packed(probs: jax.Array, words: jax.Array, num_layers: int) -> jax.Array:
@@ -153,6 +155,13 @@ def tournament_packed(probs: jax.Array, words: jax.Array, num_layers: int) -> ja
     ``GBITS + l // 32``; unpacking one layer per step keeps the memory at
     O(V) per distribution instead of O(m V).
 
+    On XLA:CPU, where the CPU kernels are built (:mod:`wmspec_jax.models.cpu_kernels`) and m <= 32 (one
+    word per candidate: the paper's m = 30), the layers run in a C++ kernel (``cpu_kernels/tournament.cc``:
+    one pass per layer that also sums the next layer's mass, instead of XLA's loop of a sum and an update);
+    each layer's mass ``M_l`` is then summed in the kernel's fixed order, XLA's elsewhere, so the two
+    differ in the last bits. :func:`tournament` packs its g-values and comes here, so the two forms agree
+    bit for bit on every platform.
+
     Args:
       probs: float[..., C] (candidate tokens, or the whole vocabulary).
       words: uint32[..., C, W], W = ceil(m / 32).
@@ -161,13 +170,43 @@ def tournament_packed(probs: jax.Array, words: jax.Array, num_layers: int) -> ja
     Returns:
       float32[..., C], the same values as :func:`tournament` on the unpacked bits.
     """
+    p = _float(probs)
+    words = jnp.asarray(words, jnp.uint32)
+    lead = jnp.broadcast_shapes(p.shape[:-1], words.shape[:-2])
+    p = jnp.broadcast_to(p, lead + p.shape[-1:])
+    words = jnp.broadcast_to(words, lead + words.shape[-2:])
+    if p.dtype == jnp.float32 and words.shape[-1] == 1 and cpu_kernels.library() is not None:
+        c, w = words.shape[-2:]
+        flat = jax.lax.platform_dependent(
+            p.reshape(-1, c), words.reshape(-1, c, w),
+            cpu=functools.partial(_tournament_kernel, num_layers=num_layers),
+            default=functools.partial(_tournament_xla, num_layers=num_layers))
+        return flat.reshape(p.shape)
+    return _tournament_xla(p, words, num_layers)
 
+
+def _tournament_kernel(p, words, num_layers):
+    out = jax.ShapeDtypeStruct(p.shape, jnp.float32)
+    return jax.ffi.ffi_call(TOURNAMENT_TARGET, out, vmap_method="sequential")(p, words, num_layers=np.int64(num_layers))
+
+
+def _tournament_xla(p, words, num_layers):
     def body(layer, p):
         word = jax.lax.dynamic_index_in_dim(words, layer // 32, axis=-1, keepdims=False)
         g = ((word >> (layer % 32).astype(jnp.uint32)) & jnp.uint32(1)) == 1
         return tournament_layer(p, g)
 
-    return jax.lax.fori_loop(0, num_layers, body, _float(probs))
+    return jax.lax.fori_loop(0, num_layers, body, p)
+
+
+def pack_g_values(g_values: jax.Array) -> jax.Array:
+    """{0,1}[..., m, V] g-values as uint32[..., V, ceil(m / 32)] words, bit l mod 32 of word l // 32 being g_l."""
+    g = jnp.moveaxis(jnp.asarray(g_values).astype(jnp.uint32), -2, -1)  # [..., V, m]
+    m = g.shape[-1]
+    words = -(-m // 32)
+    g = jnp.pad(g, [(0, 0)] * (g.ndim - 1) + [(0, words * 32 - m)])
+    g = g.reshape(g.shape[:-1] + (words, 32))
+    return jnp.sum(g << jnp.arange(32, dtype=jnp.uint32), axis=-1, dtype=jnp.uint32)
 
 
 def synthid(probs: jax.Array, g_values: jax.Array, layers_axis: int | None = None) -> jax.Array:

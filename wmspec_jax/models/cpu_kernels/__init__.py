@@ -1,11 +1,12 @@
 """The C++ kernels of XLA:CPU custom calls: built on first use, loaded under the cache's trust rule.
 
-Two kernels, each an XLA FFI handler in this folder, registered for the CPU platform:
+Three kernels, each an XLA FFI handler in this folder, registered for the CPU platform:
 
 * ``rows_matmul.cc`` (:mod:`wmspec_jax.models.rows_matmul`): products of a few activation rows with a
   weight matrix stored ``[out, in]``;
 * ``attend_few.cc`` (:mod:`wmspec_jax.models.attention_kernel`): softmax attention of a few queries per
-  row over a KV cache.
+  row over a KV cache;
+* ``tournament.cc`` (:func:`wmspec_jax.decoders.synthid_scheme.tournament_packed`): SynthID's tournament.
 
 **Build.** The sources are compiled together on first use with ``$CXX`` (default ``c++``) and
 ``-O3 -march=native`` against the XLA FFI headers that jaxlib ships, into one library in the user's
@@ -38,7 +39,8 @@ import jax
 from wmspec_jax import user_cache
 
 ENV_VAR = "WMSPEC_CPU_KERNEL"
-TARGETS = {"wmspec_rows_matmul": "WmspecRowsMatmul", "wmspec_attend_few": "WmspecAttendFew"}
+TARGETS = {"wmspec_rows_matmul": "WmspecRowsMatmul", "wmspec_attend_few": "WmspecAttendFew",
+           "wmspec_tournament": "WmspecTournament"}
 """XLA custom-call target name -> the library's handler symbol."""
 
 _FOLDER = os.path.dirname(os.path.abspath(__file__))
