@@ -3,8 +3,8 @@
 XLA:CPU computes :func:`wmspec_jax.models.attention.attend` as a loop over cache blocks, and before each
 block's products it copies the block's keys and values from the cache's ``[B, S, Hkv, Dh]`` layout into
 the dot's. In a decode step or a verification pass of the built-in target at batch 1 that loop, its
-copies and the small operations around it cost 4-6 ms of a 30 ms step, many times what reading the
-filled cache takes (``python -m benchmarks.profile_passes``). The kernel of ``cpu_kernels/attend_few.cc``
+copies and the small operations around them cost many times what reading the filled cache takes
+(``python -m benchmarks.profile_passes``; figures in ``docs/performance.md``). The kernel of ``cpu_kernels/attend_few.cc``
 reads, for each query, the keys and values of the slots it sees where they lie.
 
 **The same attention.** The same visibility rule as :func:`~wmspec_jax.models.attention.attend` (causal,

@@ -2,9 +2,10 @@
 // (an XLA FFI custom call; wmspec_jax/decoders/synthid_scheme.py documents it, wmspec_jax/models/
 // cpu_kernels builds it).
 //
-// Why: XLA:CPU runs the m layers as a loop of a masked sum and an update, 0.8 ms for one distribution over
-// the built-in target's 49,152 tokens; a speculative step of Alg. 1 takes several. Here each layer is one
-// pass that updates the distribution and sums the next layer's mass in the same loop.
+// Why: XLA:CPU runs the m layers as a loop of a masked sum and an update, several times the cost of one
+// pass per layer over the built-in target's 49,152 tokens (docs/performance.md), and a speculative step
+// of Alg. 1 takes several tournaments. Here each layer is one pass that updates the distribution and sums
+// the next layer's mass in the same loop.
 //
 // What: probs [N, C], words [N, C, W] (bit l % 32 of word l / 32 is g_l); out [N, C] with, for l = 0 .. m-1,
 // p <- p (1 + g_l - M_l), M_l the mass of the tokens with g_l = 1. Each M_l is summed over the candidates
