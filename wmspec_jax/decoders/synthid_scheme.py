@@ -172,22 +172,22 @@ def tournament_packed(probs: jax.Array, words: jax.Array, num_layers: int) -> ja
     """
     p = _float(probs)
     words = jnp.asarray(words, jnp.uint32)
-    lead = jnp.broadcast_shapes(p.shape[:-1], words.shape[:-2])
-    p = jnp.broadcast_to(p, lead + p.shape[-1:])
-    words = jnp.broadcast_to(words, lead + words.shape[-2:])
-    if p.dtype == jnp.float32 and words.shape[-1] == 1 and cpu_kernels.library() is not None:
-        c, w = words.shape[-2:]
+    if p.dtype == jnp.float32 and words.shape[-1] == 1 and num_layers <= 32 and cpu_kernels.library() is not None:
+        # the kernel takes whole rows: both operands at their common leading shape, flattened
+        lead = jnp.broadcast_shapes(p.shape[:-1], words.shape[:-2])
+        c = words.shape[-2]
         flat = jax.lax.platform_dependent(
-            p.reshape(-1, c), words.reshape(-1, c, w),
+            jnp.broadcast_to(p, lead + (c,)).reshape(-1, c), jnp.broadcast_to(words, lead + (c, 1)).reshape(-1, c, 1),
             cpu=functools.partial(_tournament_kernel, num_layers=num_layers),
             default=functools.partial(_tournament_xla, num_layers=num_layers))
-        return flat.reshape(p.shape)
+        return flat.reshape(lead + (c,))
     return _tournament_xla(p, words, num_layers)
 
 
 def _tournament_kernel(p, words, num_layers):
     out = jax.ShapeDtypeStruct(p.shape, jnp.float32)
-    return jax.ffi.ffi_call(TOURNAMENT_TARGET, out, vmap_method="sequential")(p, words, num_layers=np.int64(num_layers))
+    call = jax.ffi.ffi_call(TOURNAMENT_TARGET, out, vmap_method="sequential")
+    return call(p, words, num_layers=np.int64(num_layers))
 
 
 def _tournament_xla(p, words, num_layers):

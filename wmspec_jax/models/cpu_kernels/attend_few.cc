@@ -14,8 +14,8 @@
 // that sum. A query that sees no slot gets 0. Each output is computed alone in that order, so a query's
 // result does not depend on the other queries, rows or T of the call: the same bits in a decode step
 // and in a verification pass. A NaN key's score makes the query's output NaN.
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -127,11 +127,7 @@ ffi::Error AttendFew(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<
     seen = std::max<int64_t>(seen, std::min<int64_t>({pp[u] + 1 + (tree ? sh.t : 0), window, sh.s}));
   }
   const int64_t work = units * sh.group * seen * sh.dh * 2;
-  if (pool.num_threads() <= 1 || work < kParallelWork || units == 1) {
-    for (int64_t u = 0; u < units; ++u) unit(u);
-  } else {
-    wmspec::ParallelFor(pool, units, unit);
-  }
+  wmspec::ForEach(pool, units, work < kParallelWork, unit);
   return ffi::Error::Success();
 }
 

@@ -52,4 +52,15 @@ void ParallelFor(xla::ffi::ThreadPool& pool, int64_t n, F fn) {
   while (state->done.load(std::memory_order_acquire) < n) _mm_pause();
 }
 
+// fn(i) for every i in [0, n): on the calling thread alone when `alone` (work too small to pay for waking
+// the pool) or the pool has one thread, else as ParallelFor.
+template <typename F>
+void ForEach(xla::ffi::ThreadPool& pool, int64_t n, bool alone, F fn) {
+  if (alone || n <= 1 || pool.num_threads() <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  } else {
+    ParallelFor(pool, n, std::move(fn));
+  }
+}
+
 }  // namespace wmspec

@@ -7,7 +7,7 @@
 // of Alg. 1 takes several tournaments. Here each layer is one pass that updates the distribution and sums
 // the next layer's mass in the same loop.
 //
-// What: probs [N, C], words [N, C, W] (bit l % 32 of word l / 32 is g_l); out [N, C] with, for l = 0 .. m-1,
+// What: probs [N, C], words [N, C, 1] (bit l of the word is g_l, m <= 32); out [N, C] with, for l = 0 .. m-1,
 // p <- p (1 + g_l - M_l), M_l the mass of the tokens with g_l = 1. Each M_l is summed over the candidates
 // in a fixed order (eight lanes over c = 0, 8, 16, ... then the lanes pairwise, then the tail in order),
 // each row alone.
@@ -21,35 +21,9 @@ namespace {
 
 constexpr int64_t kParallelWork = 1 << 20;  // candidate-layers below which the calling thread works alone
 
-inline uint32_t Bit(const uint32_t* words, int64_t c, int64_t w, int64_t layer) {
-  return (words[c * w + layer / 32] >> (layer % 32)) & 1u;
-}
+inline uint32_t Bit(const uint32_t* words, int64_t c, int64_t layer) { return (words[c] >> layer) & 1u; }
 
-// The mass of the tokens with g_layer = 1 (the fixed order of the header).
-float Mass(const float* p, const uint32_t* words, int64_t n, int64_t w, int64_t layer) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t c = 0;
-  if (w == 1) {
-    const __m256i one = _mm256_set1_epi32(1);
-    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(layer));
-    for (; c + 8 <= n; c += 8) {
-      __m256i bits = _mm256_and_si256(_mm256_srl_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(words + c)),
-                                                       shift), one);
-      __m256 won = _mm256_castsi256_ps(_mm256_cmpeq_epi32(bits, one));
-      acc = _mm256_add_ps(acc, _mm256_and_ps(won, _mm256_loadu_ps(p + c)));
-    }
-  } else {
-    for (; c + 8 <= n; c += 8) {
-      alignas(32) float lane[8];
-      for (int k = 0; k < 8; ++k) lane[k] = Bit(words, c + k, w, layer) ? p[c + k] : 0.0f;
-      acc = _mm256_add_ps(acc, _mm256_load_ps(lane));
-    }
-  }
-  float total = wmspec::LaneSum(acc);
-  for (; c < n; ++c) total += Bit(words, c, w, layer) ? p[c] : 0.0f;
-  return total;
-}
-
+// The g-values of layer `shift` of 8 candidates as a mask.
 inline __m256 Won(const uint32_t* words, int64_t c, __m128i shift) {
   const __m256i one = _mm256_set1_epi32(1);
   __m256i bits = _mm256_and_si256(
@@ -57,11 +31,21 @@ inline __m256 Won(const uint32_t* words, int64_t c, __m128i shift) {
   return _mm256_castsi256_ps(_mm256_cmpeq_epi32(bits, one));
 }
 
-// One word of g-values per candidate (m <= 32): each pass applies layer l and sums layer l + 1's mass in
-// the order of Mass.
-void OneRowOneWord(const float* probs, const uint32_t* words, float* p, int64_t n, int64_t layers) {
+// The mass of the tokens with g_layer = 1 (the fixed order of the header).
+float Mass(const float* p, const uint32_t* words, int64_t n, int64_t layer) {
+  const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(layer));
+  __m256 acc = _mm256_setzero_ps();
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) acc = _mm256_add_ps(acc, _mm256_and_ps(Won(words, c, shift), _mm256_loadu_ps(p + c)));
+  float total = wmspec::LaneSum(acc);
+  for (; c < n; ++c) total += Bit(words, c, layer) ? p[c] : 0.0f;
+  return total;
+}
+
+// One row: each pass applies layer l and sums layer l + 1's mass in the order of Mass.
+void OneRow(const float* probs, const uint32_t* words, float* p, int64_t n, int64_t layers) {
   for (int64_t c = 0; c < n; ++c) p[c] = probs[c];
-  float mass = layers > 0 ? Mass(p, words, n, 1, 0) : 0.0f;
+  float mass = layers > 0 ? Mass(p, words, n, 0) : 0.0f;
   for (int64_t layer = 0; layer < layers; ++layer) {
     const float won = 2.0f - mass, lost = 1.0f - mass;
     const __m256 won8 = _mm256_set1_ps(won), lost8 = _mm256_set1_ps(lost);
@@ -75,41 +59,26 @@ void OneRowOneWord(const float* probs, const uint32_t* words, float* p, int64_t 
       acc = _mm256_add_ps(acc, _mm256_and_ps(Won(words, c, shift_next), updated));
     }
     const int64_t tail = c;
-    for (; c < n; ++c) p[c] = p[c] * (Bit(words, c, 1, layer) ? won : lost);
+    for (; c < n; ++c) p[c] = p[c] * (Bit(words, c, layer) ? won : lost);
     if (layer + 1 < layers) {
       mass = wmspec::LaneSum(acc);
-      for (c = tail; c < n; ++c) mass += Bit(words, c, 1, layer + 1) ? p[c] : 0.0f;
+      for (c = tail; c < n; ++c) mass += Bit(words, c, layer + 1) ? p[c] : 0.0f;
     }
-  }
-}
-
-// Any number of words per candidate (m > 32).
-void OneRow(const float* probs, const uint32_t* words, float* p, int64_t n, int64_t w, int64_t layers) {
-  if (w == 1) return OneRowOneWord(probs, words, p, n, layers);
-  for (int64_t c = 0; c < n; ++c) p[c] = probs[c];
-  for (int64_t layer = 0; layer < layers; ++layer) {
-    const float mass = Mass(p, words, n, w, layer);
-    const float won = 2.0f - mass, lost = 1.0f - mass;
-    for (int64_t c = 0; c < n; ++c) p[c] = p[c] * (Bit(words, c, w, layer) ? won : lost);
   }
 }
 
 ffi::Error Tournament(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> probs, ffi::Buffer<ffi::U32> words,
                       ffi::ResultBuffer<ffi::F32> out, int64_t num_layers) {
   auto pd = probs.dimensions(), wd = words.dimensions();
-  if (pd.size() != 2 || wd.size() != 3 || wd[0] != pd[0] || wd[1] != pd[1] || wd[2] * 32 < num_layers) {
-    return ffi::Error::InvalidArgument("tournament: probs must be [N, C] and words [N, C, W] with 32 W >= m");
+  if (pd.size() != 2 || wd.size() != 3 || wd[0] != pd[0] || wd[1] != pd[1] || wd[2] != 1 || num_layers > 32) {
+    return ffi::Error::InvalidArgument("tournament: probs must be [N, C] and words [N, C, 1], with m <= 32");
   }
-  const int64_t rows = pd[0], n = pd[1], w = wd[2];
+  const int64_t rows = pd[0], n = pd[1];
   const float* pp = probs.typed_data();
   const uint32_t* wp = words.typed_data();
   float* op = out->typed_data();
-  auto row = [pp, wp, op, n, w, num_layers](int64_t r) { OneRow(pp + r * n, wp + r * n * w, op + r * n, n, w, num_layers); };
-  if (rows == 1 || pool.num_threads() <= 1 || rows * n * num_layers < kParallelWork) {
-    for (int64_t r = 0; r < rows; ++r) row(r);
-  } else {
-    wmspec::ParallelFor(pool, rows, row);
-  }
+  wmspec::ForEach(pool, rows, rows * n * num_layers < kParallelWork,
+                  [pp, wp, op, n, num_layers](int64_t r) { OneRow(pp + r * n, wp + r * n, op + r * n, n, num_layers); });
   return ffi::Error::Success();
 }
 
