@@ -153,3 +153,16 @@ def test_the_products_stream_is_reported_against_a_plain_read(tmp_path):
     assert [r["rows"] for r in report["rows"]] == [1, 3]
     assert report["bytes"] == 2 * 4 * (64 * 64 * 2 + 16 * 64 * 2 + 96 * 64 * 3)
     assert all(r["over_sum"] > 0 and r["ms_min"] <= r["ms_median"] <= r["ms_max"] for r in report["rows"])
+
+
+def test_an_engines_detector_is_reported_on_the_texts_generated_with_its_watermark(tmp_path):
+    out = tmp_path / "engine.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.engine_generation", "--engines=vllm",
+                           "--methods=plain,pseudorandom:2", "--texts=2", "--max_new_tokens=12", f"--output={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["engine"], r["method"], r["lookahead"]) for r in rows] == [("vllm/gumbel", "plain", 0),
+                                                                         ("vllm/gumbel", "pseudorandom", 2)]
+    assert all(r["texts"] == 2 and r["rate_95"][0] <= r["rate"] <= r["rate_95"][1] for r in rows)
+    assert rows[0]["aatps"] == 1.0 and rows[1]["aatps"] >= 1.0 and rows[1]["median_scored"] > 0

@@ -72,7 +72,18 @@ def scored_mask(tokens: jax.Array, lengths: jax.Array, start: jax.Array, width: 
     return jax.vmap(one_row)(ctx, in_range)
 
 
-def is_new_context(tokens: jax.Array, position: jax.Array, start: jax.Array, width: int) -> jax.Array:
+def before_start(tokens: jax.Array, start: jax.Array, fill) -> jax.Array:
+    """int32[B, L] ``tokens`` with ``fill`` at the positions before ``start`` (int[B]): the contexts of a
+    PRF that keys the first generated tokens by its own padding, not by the prompt (another engine's,
+    :attr:`wmspec_jax.decoders.WatermarkDecoder.context_fill`); ``fill=None`` returns ``tokens``."""
+    tokens = jnp.asarray(tokens, jnp.int32)
+    if fill is None:
+        return tokens
+    pos = jnp.arange(tokens.shape[1], dtype=jnp.int32)[None, :]
+    return jnp.where(pos < jnp.asarray(start, jnp.int32)[:, None], jnp.int32(fill), tokens)
+
+
+def is_new_context(tokens: jax.Array, position: jax.Array, start: jax.Array, width: int, fill=None) -> jax.Array:
     """Whether ``position`` would be scored: its context is unseen in [start, position).
 
     The incremental form of :func:`scored_mask` used inside the generation
@@ -83,11 +94,13 @@ def is_new_context(tokens: jax.Array, position: jax.Array, start: jax.Array, wid
       position: int[B].
       start: int[B].
       width: h.
+      fill: the token that stands for positions before ``start`` in contexts (:func:`before_start`);
+        None: the prompt's tokens.
 
     Returns:
       bool[B].
     """
-    tokens = jnp.asarray(tokens, jnp.int32)
+    tokens = before_start(tokens, start, fill)
     bsz, length = tokens.shape
     pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (bsz, length))
     all_ctx = prf.gather_contexts(tokens, pos, width)  # [B, L, h]
@@ -97,4 +110,4 @@ def is_new_context(tokens: jax.Array, position: jax.Array, start: jax.Array, wid
     return ~seen
 
 
-__all__ = ["detection_start", "is_new_context", "scored_mask"]
+__all__ = ["before_start", "detection_start", "is_new_context", "scored_mask"]

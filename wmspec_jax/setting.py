@@ -143,6 +143,23 @@ class Setting:
                     raise ValueError(f"key_sequence needs a decoder of the Gumbel-max family (one uniform per "
                                      f"token and stream, what the edit test scores); {d.label} is not")
         fix("prf_version", prf.check_prf_version(self.prf_version))
+        self._check_own_prf()
+
+    def _check_own_prf(self) -> None:
+        """A scheme that brings its own PRF (another engine's, :mod:`wmspec_jax.interop`) fixes h, keys
+        by context and keys both streams of its tokens itself."""
+        own = [d for d in (self.decoder, self.draft_decoder) if d is not None and d.own_context_width is not None]
+        if not own:
+            return
+        if self.draft_decoder is not None:
+            raise ValueError(f"{own[0].label} brings its own pseudorandom function: it takes no other decoder "
+                             "for the draft, nor is it a draft decoder")
+        width = self.decoder.own_context_width
+        if self.context_width != width:
+            raise ValueError(f"{self.decoder.label} reads the {width} previous tokens: context_width must be "
+                             f"{width}, got {self.context_width}")
+        if self.key_sequence:
+            raise ValueError(f"{self.decoder.label} keys by context: it takes no key_sequence")
 
     def _check_decoders(self, spec: Method) -> None:
         decoders = _decoders()

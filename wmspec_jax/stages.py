@@ -69,27 +69,56 @@ def is_new_context(st: Static, tokens, positions, inputs: Inputs) -> jax.Array:
     row's text (or, under a key sequence, every generated position)."""
     if st.key_sequence:  # every position has its own key element (module doc of key_sequence)
         return jnp.asarray(positions) >= inputs.start
-    return context.is_new_context(tokens, positions, inputs.start, st.context_width)
+    return context.is_new_context(tokens, positions, inputs.start, st.context_width, st.decoder.context_fill)
 
 
 def stream_seeds(st: Static, inputs: Inputs, stream: int, tokens, positions) -> jax.Array:
-    """uint32[B, 2]: seeds of ``stream`` at ``positions`` (int32[B]), from the context or the key sequence."""
+    """uint32[B, W]: seeds of ``stream`` at ``positions`` (int32[B]), from the context or the key sequence.
+
+    The draft and target streams are seeded by their decoder's PRF
+    (:meth:`~wmspec_jax.decoders.WatermarkDecoder.context_seeds`: ours, W = 2, unless the scheme brings
+    its own); the acceptance stream ζ^R by ours under every scheme. Every stream reads the contexts the
+    repeated-context rule reads (the target decoder's :attr:`~wmspec_jax.decoders.WatermarkDecoder.context_fill`
+    before the start), so a context the rule calls new has fresh seeds in every stream."""
     if st.key_sequence:
         return key_sequence.position_seeds(inputs.keys, stream, positions, inputs.start, inputs.words,
                                            st.key_sequence)
-    return sampling.position_seeds(inputs.keys, stream, tokens, positions, st.context_width)
+    # the contexts the repeated-context rule reads (is_new_context): the target decoder's
+    keyed = context.before_start(tokens, inputs.start, st.decoder.context_fill)
+    if stream == prf.Stream.ACCEPT:
+        return sampling.position_seeds(inputs.keys, stream, keyed, positions, st.context_width)
+    decoder = st.decoder if stream == prf.Stream.TARGET or st.draft_decoder is None else st.draft_decoder
+    ctx = prf.gather_contexts(keyed, positions[:, None], st.context_width)[:, 0]
+    return decoder.context_seeds(inputs.keys[:, stream], ctx, stream)
 
 
 def _biased(st: Static, inputs: Inputs, logits: jax.Array, tokens, positions, fresh) -> jax.Array:
     """A biased decoder's raw logits at ``positions`` (int32[B] for logits [B, V], or int32[B, T] for
-    [B, T, V]), before temperature and top-k: the target stream's green list at each position, applied
-    where the context is new. Draft and target share it, so speculative sampling between the biased Q
-    and P emits the biased P's law, as the decoder alone does (``docs/decoders.md``)."""
+    [B, T, V]): the target stream's green list at each position, applied where the context is new (or
+    everywhere, :attr:`~wmspec_jax.decoders.WatermarkDecoder.bias_repeats`). Draft and target share it,
+    so speculative sampling between the biased Q and P emits the biased P's law, as the decoder alone
+    does (``docs/decoders.md``)."""
     def seeds_at(pos):
         return stream_seeds(st, inputs, prf.Stream.TARGET, tokens, pos)
 
     seeds = seeds_at(positions) if positions.ndim == 1 else jax.vmap(seeds_at, 1, 1)(positions)
-    return st.decoder.bias(logits, seeds, fresh)
+    active = jnp.ones_like(fresh) if st.decoder.bias_repeats else fresh
+    return st.decoder.bias(logits, seeds, active)
+
+
+def biased_distribution(st: Static, inputs: Inputs, process, logits: jax.Array, tokens, positions, fresh):
+    """(Candidates, bool nonfinite) of ``process`` (temperature, top-k) on ``logits``, biased by a biased
+    decoder before (``bias_stage`` ``"logits"``) or after (``"processed"``: the bias is added to the
+    processed candidates' scaled logits) the processing; unbiased decoders and methods: ``process`` alone."""
+    if not st.biases:
+        return process(logits)
+    if st.decoder.bias_stage == "logits":
+        return process(_biased(st, inputs, logits, tokens, positions, fresh))
+    dist, bad = process(logits)
+    bonus = _biased(st, inputs, jnp.zeros(logits.shape, jnp.float32), tokens, positions, fresh)  # δ on green
+    if dist.ids is not None:
+        bonus = jnp.take_along_axis(bonus, dist.ids, axis=-1)
+    return candidates.with_logits(dist, dist.z + bonus), bad
 
 
 # ---------------------------------------------------------------------------
@@ -117,9 +146,7 @@ def draft(st: Static, model: DraftModel, inputs: Inputs, cache, tokens: jax.Arra
     for s in range(k):  # K is small and static: unrolled
         pos = n + s
         fresh = is_new_context(st, tokens, pos, inputs) if need_fresh else jnp.zeros(n.shape, bool)
-        if st.biases:
-            logits = _biased(st, inputs, logits, tokens, pos, fresh)
-        q, bad = st.process_draft(logits)
+        q, bad = biased_distribution(st, inputs, st.process_draft, logits, tokens, pos, fresh)
         nonfinite = nonfinite | bad
         token, log_q, watermarked = draw_draft(st, inputs, tokens, pos, q, fresh)
         tokens = set_at(tokens, pos, token)
@@ -154,7 +181,8 @@ def draw_draft(st: Static, inputs: Inputs, tokens: jax.Array, pos: jax.Array, q:
     seeds = stream_seeds(st, inputs, prf.Stream.DRAFT, tokens, pos) if method.watermark_draft else None
     purpose = sampling.PURPOSE_DRAFT
     if sibling is not None:
-        seeds = None if seeds is None else prf.candidate_seeds(seeds, sibling)
+        draft_decoder = st.decoder if st.draft_decoder is None else st.draft_decoder
+        seeds = None if seeds is None else draft_decoder.sibling_seeds(seeds, sibling)
         purpose = sampling.candidate_purpose(purpose, sibling)
     index, watermarked = sampling.draw(
         st.decoder if st.draft_decoder is None else st.draft_decoder, candidates.probs(q), q.ids, seeds,
@@ -183,12 +211,11 @@ def verify(st: Static, model: LanguageModel, inputs: Inputs, cache, tokens: jax.
     else:
         logits, hidden, cache = model.step_hidden(inputs.target_params, cache, window, num)
         features = row_update(features, n, hidden.astype(features.dtype))
-    biased = logits
+    positions = fresh = None
     if st.biases:
         positions = n[:, None] + jnp.arange(k + 1, dtype=n.dtype)[None]
         fresh = jax.vmap(lambda pos: is_new_context(st, tokens, pos, inputs), 1, 1)(positions)
-        biased = _biased(st, inputs, logits, tokens, positions, fresh)
-    p, bad = st.process(biased)
+    p, bad = biased_distribution(st, inputs, st.process, logits, tokens, positions, fresh)
     return p, cache, jnp.any(bad, axis=1), logits, features
 
 
@@ -495,6 +522,6 @@ def buffer_length(st: Static, prompt_width: int) -> int:
     return prompt_width + st.max_new_tokens + st.lookahead + 2
 
 
-__all__ = ["Drafts", "Inputs", "LoopState", "Records", "Static", "accept", "acceptance_uniforms", "buffer_length",
-           "commit", "draft", "draw_draft", "draw_final", "initial_state", "is_new_context", "resample", "rollback", "rollback_draft",
-           "rollback_target", "step", "stream_seeds", "verify"]
+__all__ = ["Drafts", "Inputs", "LoopState", "Records", "Static", "accept", "acceptance_uniforms", "biased_distribution",
+           "buffer_length", "commit", "draft", "draw_draft", "draw_final", "initial_state", "is_new_context", "resample",
+           "rollback", "rollback_draft", "rollback_target", "step", "stream_seeds", "verify"]

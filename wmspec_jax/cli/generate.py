@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import secrets
 import sys
@@ -122,6 +123,11 @@ def define_flags(fv: flags.FlagValues) -> None:
         "alpha 1/2), or a scheme registered with wmspec_jax.decoders.register",
         draft_decoder_help="the draft stream's decoder when it differs from --decoder (hu, dathathri, "
         "pseudorandom; its settings from the same flags)")
+    flags.DEFINE_string("scheme_config", None, "generate with another engine's watermark, its pseudorandom "
+                        "function keying the target stream: a JSON file of transformers' "
+                        "SynthIDTextWatermarkingConfig or WatermarkingConfig (lefthash) or vLLM's 'gumbel' "
+                        "--watermark-config (it holds the engine's key: as secret as --secret_file); the engine's "
+                        "detector, or wmspec-detect --scheme_config=FILE, scores the texts", flag_values=fv)
     flags.DEFINE_integer("key_sequence", DEFAULTS["key_sequence"], "key the streams by a key sequence of this "
                          "length n with a random offset per text (Kuditipudi et al.; 256 is theirs; edit-robust "
                          "detection), not by context; 0: by context", lower_bound=0, flag_values=fv)
@@ -150,10 +156,11 @@ def define_flags(fv: flags.FlagValues) -> None:
 
 
 def _secret(fv, stderr) -> Optional[keys.Secret]:
-    """The secret, or None for a method that draws no watermark (no key needed)."""
+    """The secret, or None for a method that draws no watermark or another engine's watermark
+    (``--scheme_config``: its file holds the key)."""
     from wmspec_jax.methods import METHODS
 
-    if not METHODS[fv.method].watermarks:
+    if not METHODS[fv.method].watermarks or fv.scheme_config is not None:
         return None
     try:
         return cli_flags.tool_secret(fv, PROG, stderr)
@@ -191,8 +198,43 @@ def _named_decoder(fv, name: str, flag: str):
         raise InputError(f"--{flag}={name}: {e}" + (f" (its settings: {flags_})" if flags_ else "")) from None
 
 
+SCHEME_FLAGS = ("decoder", "draft_decoder", "decoder_option", "synthid_layers", "dipmark_alpha", "kgw_gamma",
+                "kgw_delta", "key_sequence", "secret_file", "demo_secret")
+"""Flags that name our own watermark's scheme or key: another engine's (``--scheme_config``) takes none."""
+
+
+def _foreign(fv):
+    """The engine configuration of ``--scheme_config`` (:class:`wmspec_jax.interop.foreign.ForeignScheme`), or None."""
+    if fv.scheme_config is None:
+        return None
+    from wmspec_jax.interop import foreign
+
+    given = [f"--{name}" for name in SCHEME_FLAGS if name in fv and fv[name].present]
+    if given:
+        raise InputError(f"--scheme_config: another engine's watermark has its own scheme and key; drop "
+                         f"{', '.join(given)}")
+    try:
+        stat = os.stat(fv.scheme_config)
+        key = (fv.scheme_config, stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = None
+    if key is None or key not in _FOREIGN:  # read once per run: the flags' setting and the keys use it
+        try:
+            scheme = foreign.load(fv.scheme_config)
+            scheme.decoder()
+        except ValueError as e:
+            raise InputError(f"--scheme_config: {e}") from None
+        _FOREIGN.clear()
+        _FOREIGN[key] = scheme
+    return _FOREIGN[key]
+
+
+_FOREIGN: dict = {}
+
+
 def _decoder(fv):
-    return _named_decoder(fv, fv.decoder, "decoder")
+    scheme = _foreign(fv)
+    return _named_decoder(fv, fv.decoder, "decoder") if scheme is None else scheme.decoder()
 
 
 def _draft_decoder(fv):
@@ -252,6 +294,12 @@ def _setting(fv, stderr):
                          "keys every token of that scheme; it takes no other decoder for the draft")
     if fv.context_width > prf.MAX_CONTEXT_WIDTH:
         raise InputError(f"--context_width={fv.context_width} exceeds {prf.MAX_CONTEXT_WIDTH}")
+    width = fv.context_width
+    if decoder.own_context_width is not None:  # the engine's n-gram
+        if fv["context_width"].present and width != decoder.own_context_width:
+            raise InputError(f"--context_width={width}: --scheme_config's watermark reads the "
+                             f"{decoder.own_context_width} previous tokens")
+        width = decoder.own_context_width
     _check_draft_shape_size(fv, shape)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -259,7 +307,7 @@ def _setting(fv, stderr):
             setting = Setting.from_shape(fv.method, decoder, k, drafts, draft_decoder=draft,
                                          temperature=fv.temperature, draft_temperature=fv.draft_temperature,
                                          top_k=fv.top_k or None,
-                                         context_width=fv.context_width, key_sequence=fv.key_sequence)
+                                         context_width=width, key_sequence=fv.key_sequence)
         except (ValueError, TypeError) as e:
             raise InputError(_rule_flags(fv, str(e)) + str(e)) from None
     for w in caught:
@@ -324,6 +372,10 @@ def _open_output(fv, run: str, stderr):
     return store, lock, {r["index"]: r for r in usable if r["run"] == run}
 
 
+FOREIGN_DERIVATION = "engine"
+"""``key_derivation`` of a text generated with another engine's watermark (``--scheme_config``)."""
+
+
 def _derivation(fv, secret) -> Optional[str]:
     if secret is None:
         return None
@@ -343,12 +395,14 @@ def _watermark_record(fv, setting) -> dict:
 def _settings_record(fv, pair, secret, setting) -> dict:
     """The settings every output line carries (a resumed run must keep them): the setting's record
     (:meth:`wmspec_jax.setting.Setting.to_record`, the decoders under the names the flags gave) and the tool's."""
-    record = setting.to_record(fv.decoder, fv.draft_decoder)
+    foreign = _foreign(fv)
+    record = setting.to_record(*((fv.decoder, fv.draft_decoder) if foreign is None else ()))
     version = record.pop("prf_version")
+    fingerprint = secret.fingerprint if secret is not None else foreign.fingerprint if foreign is not None else None
     return {**record, "max_new_tokens": fv.max_new_tokens, "stop_at_eos": fv.stop_at_eos, "model": pair.name,
-            "tokenizer": fv.target, "seed": fv.seed,
-            "key_fingerprint": None if secret is None else secret.fingerprint,
-            "key_derivation": _derivation(fv, secret), "prf_version": version, **_watermark_record(fv, setting)}
+            "tokenizer": fv.target, "seed": fv.seed, "key_fingerprint": fingerprint,
+            "key_derivation": FOREIGN_DERIVATION if foreign is not None else _derivation(fv, secret),
+            "prf_version": version, **_watermark_record(fv, setting)}
 
 
 def _records(fv, run, pair, prompts, where, texts, settings: dict) -> list:
@@ -445,6 +499,8 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
         t0 = time.perf_counter()
         pair = pairs.load_pair(fv.target, fv.draft, fv.dtype)
         keyed = "no watermark key" if secret is None else f"key fingerprint {secret.fingerprint} ({fv.keys} keys)"
+        if fv.scheme_config is not None:
+            keyed = f"{_foreign(fv).name} watermark, key fingerprint {_foreign(fv).fingerprint}"
         print(f"{PROG}: pair {pair.name} loaded in {time.perf_counter() - t0:.1f} s; run {run}; {keyed}",
               file=stderr)
         config = _config(fv, pair, setting)
@@ -495,6 +551,8 @@ def generate_texts(fv, paths: Sequence[str], *, stdin=None, stdout=None, stderr=
 
 
 def _text_keys(fv, secret, indices, run: str):
+    if fv.scheme_config is not None:  # another engine's: its configuration keys every stream
+        return _foreign(fv).stream_keys()
     if secret is None:  # a method without a watermark: the key is never read
         return keys.Secret(keys.DEMO_SECRET).stream_keys()
     if fv.keys == "deployment":

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Mapping, Optional
 
 import jax
 
-from wmspec_jax import scheme_defaults
+from wmspec_jax import prf, scheme_defaults
 
 GUMBEL = "gumbel"
 SYNTHID = "synthid"
@@ -121,6 +121,45 @@ class WatermarkDecoder(metaclass=_BuildByName):
         """The scheme a line's settings fields name (the inverse of :meth:`settings`)."""
         return cls(**dict(record.get("decoder_options") or {}))
 
+    # -- its pseudorandom function (our keyed PRF unless the scheme brings its own) ----------------
+
+    bias_stage: ClassVar[str] = "logits"
+    """Where a biased scheme's :meth:`bias` applies: ``"logits"``, the raw logits before temperature and
+    top-k (our KGW), or ``"processed"``, added to the distribution after them (transformers' processor,
+    which runs after its sampling warpers)."""
+    bias_repeats: ClassVar[bool] = False
+    """A biased scheme biases repeated contexts too (transformers' KGW processor has no repeated-context
+    rule); False: only new contexts, as every other watermark of the loop."""
+    own_context_width: ClassVar = None
+    """The number of previous tokens the scheme's own PRF reads (another engine's n-gram), which the
+    setting's context width must equal; None: the setting's h (our keyed PRF)."""
+    context_fill: ClassVar = None
+    """The token id that stands for a context position before the generation's start (another engine
+    that keys the first tokens by its own padding, not by the prompt); None: the prompt's tokens."""
+
+    def context_seeds(self, keys: jax.Array, contexts: jax.Array, stream: int) -> jax.Array:
+        """The seeds of the draft or target stream at each context (the generation loop's ζ^D, ζ^T):
+        uint32[..., W], read by :meth:`watermark_index` and :meth:`bias`.
+
+        Args:
+          keys: uint32[..., 2] the row's key words of the stream.
+          contexts: int32[..., h] the previous h tokens, oldest first (-1, or :attr:`context_fill`,
+            before the start).
+          stream: :attr:`wmspec_jax.prf.Stream.DRAFT` or ``TARGET`` (static).
+
+        The default is our keyed PRF, :func:`wmspec_jax.prf.context_seeds` (W = 2). A scheme that brings
+        its own PRF (another engine's, :mod:`wmspec_jax.interop`) overrides it, with
+        :meth:`sibling_seeds`, and reads its seeds in its own per-token values. The acceptance stream
+        ζ^R of Alg. 1 is our keyed PRF under every scheme.
+        """
+        del stream
+        return prf.context_seeds(keys, contexts)
+
+    def sibling_seeds(self, seeds: jax.Array, candidate: jax.Array) -> jax.Array:
+        """The seeds of sibling ``candidate`` (int[...]) of a draft tree at one position: ``seeds`` for
+        c = 0, independent ones for c > 0 (default: :func:`wmspec_jax.prf.candidate_seeds`)."""
+        return prf.candidate_seeds(seeds, candidate)
+
     # -- generation -------------------------------------------------------------------------------
 
     def watermark_index(self, weights: jax.Array, ids, seeds: jax.Array, uniform=None) -> jax.Array:
@@ -129,7 +168,7 @@ class WatermarkDecoder(metaclass=_BuildByName):
         Args:
           weights: float32[B, C] the (processed) distribution on its candidates.
           ids: int32[B, C] candidate token ids, or None for the whole vocabulary.
-          seeds: uint32[B, 2] the stream's seeds of the position (:func:`wmspec_jax.sampling.position_seeds`).
+          seeds: uint32[B, W] the stream's seeds of the position (:meth:`context_seeds`; W = 2 for our PRF).
           uniform: float32[B] the draw's private (true-random) uniform in [0, 1); required when
             :attr:`private_sampling`, ignored otherwise.
         """

@@ -14,6 +14,11 @@ with that engine's own pseudorandom function and an exact p-value:
 A file may also name its engine: ``{"engine": "vllm" | "transformers-kgw" | "transformers-synthid",
 "config": {...}}``. Token ids must be the generated tokens (no prompt) in the generating model's
 tokenizer, as the engines' own detectors take them.
+
+``wmspec-generate --scheme_config=FILE`` generates with the engine's watermark through the generation
+loop (every method, draft trees): :meth:`ForeignScheme.decoder` is the scheme whose pseudorandom function
+keys the target stream, :meth:`ForeignScheme.stream_keys` the key words of the streams
+(``docs/interop.md``).
 """
 
 from __future__ import annotations
@@ -75,6 +80,41 @@ class ForeignScheme:
 
     def __repr__(self) -> str:
         return f"ForeignScheme({self.name}, key {self.fingerprint})"
+
+    def decoder(self):
+        """The watermark decoder that generates with this engine's PRF through the generation loop
+        (:class:`~wmspec_jax.interop.hf_synthid.HFSynthIDScheme`,
+        :class:`~wmspec_jax.interop.engine_gumbel.VllmGumbelScheme`,
+        :class:`~wmspec_jax.interop.hf_kgw.HFKGWScheme`); ValueError for a configuration the loop does not
+        reproduce (vLLM's dual-key algorithm, KGW's selfhash, SynthID's ``skip_first_ngram_calls``)."""
+        if self.engine == "transformers-synthid":
+            from wmspec_jax.interop.hf_synthid._scheme import HFSynthIDScheme
+
+            return HFSynthIDScheme(self.config)
+        if self.engine == "vllm":
+            from wmspec_jax.interop.engine_gumbel._scheme import VllmGumbelScheme
+
+            return VllmGumbelScheme(self.config)
+        from wmspec_jax.interop.hf_kgw._scheme import HFKGWScheme
+
+        return HFKGWScheme(self.config)
+
+    def stream_keys(self) -> np.ndarray:
+        """uint32[NUM_STREAMS, 2] the key words of a generation's streams under this configuration: zero
+        words for the target stream ζ^T (the engine's own PRF: :meth:`decoder`'s ``context_seeds``), and
+        for the draft stream ζ^D and the acceptance stream ζ^R words derived from the engine's key by
+        SHA-256 with the stream's name, so the configuration alone keys every stream."""
+        import hashlib
+
+        from wmspec_jax import prf_keys
+
+        secret = json.dumps(self.config.to_dict() if hasattr(self.config, "to_dict") else
+                            dataclasses.asdict(self.config), sort_keys=True, default=str).encode()
+        words = np.zeros((prf_keys.NUM_STREAMS, 2), np.uint32)
+        for stream in (prf_keys.Stream.DRAFT, prf_keys.Stream.ACCEPT):
+            digest = hashlib.sha256(b"wmspec-foreign-stream:" + stream.name.encode() + b":" + secret).digest()
+            words[stream] = np.frombuffer(digest[:8], "<u4")
+        return words
 
     def score(self, texts: Sequence[Sequence[int]], vocab_size: int, eos_token_id=None) -> ForeignScores:
         """Scores each text's token ids (a list of int lists, any lengths) with the engine's statistic."""

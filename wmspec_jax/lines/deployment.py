@@ -169,11 +169,7 @@ def validate(record: dict, where: str) -> None:
         raise LineError(str(e)) from None
     if not record.keys() & _VALIDATED:  # a plain {"text": ...}: nothing declared (the common case, kept fast)
         return
-    known = decoders.names()
-    for name in ("decoder", "draft_decoder"):
-        value = record.get(name)
-        if value is not None and value not in known:
-            raise LineError(f"{where}: field {name!r} must be one of {known}, got {str(value)[:40]!r}")
+    lines_mod.check_decoder_fields(record, where)
     lines_mod.record_int(record, "synthid_layers", where, 1, decoders.MAX_SYNTHID_LAYERS + 1)
     lines_mod.record_int(record, "context_width", where, 1, prf.MAX_CONTEXT_WIDTH + 1)
     lines_mod.record_int(record, "index", where, 0, lines_mod.KEY_INDEX_LIMIT)

@@ -221,16 +221,33 @@ def _statistic(name: Optional[str]) -> Optional[str]:
     return None if name is None else decoders.WatermarkDecoder.from_name(name).statistic
 
 
-def settings_of(record: dict, where: str, overrides: Overrides, defaults: dict) -> tuple:
-    """(decoder, m, h, draft decoder or None) of a line, decoders named by their statistic
-    (``WatermarkDecoder.statistic``)."""
+ENGINE_DECODERS = ("transformers-synthid", "transformers-kgw", "vllm-gumbel")
+"""The ``decoder`` of a line generated with another engine's watermark (``wmspec-generate --scheme_config``):
+:class:`wmspec_jax.interop.hf_synthid.HFSynthIDScheme`, :class:`wmspec_jax.interop.hf_kgw.HFKGWScheme`,
+:class:`wmspec_jax.interop.engine_gumbel.VllmGumbelScheme`."""
+
+
+def check_decoder_fields(record: dict, where: str) -> None:
+    """A line's ``decoder`` / ``draft_decoder`` name a registered scheme; :class:`LineError` otherwise (a
+    line of another engine's watermark is scored with its configuration, ``--scheme_config``)."""
     from wmspec_jax import decoders
 
     known = decoders.names()
     for field in ("decoder", "draft_decoder"):
         value = record.get(field)
+        if value is not None and value in ENGINE_DECODERS:  # its key is in the engine's file, not the secret
+            raise LineError(f"{where}: generated with another engine's watermark ({value}): score it with that "
+                            "configuration, --scheme_config=FILE")
         if value is not None and value not in known:
             raise LineError(f"{where}: field {field!r} must be one of {known}, got {str(value)[:40]!r}")
+
+
+def settings_of(record: dict, where: str, overrides: Overrides, defaults: dict) -> tuple:
+    """(decoder, m, h, draft decoder or None) of a line, decoders named by their statistic
+    (``WatermarkDecoder.statistic``)."""
+    from wmspec_jax import decoders
+
+    check_decoder_fields(record, where)
     recorded = {"decoder": _statistic(record.get("decoder")),
                 "draft_decoder": _statistic(record.get("draft_decoder")),
                 "synthid_layers": record_int(record, "synthid_layers", where, 1, decoders.MAX_SYNTHID_LAYERS + 1),
@@ -412,7 +429,7 @@ def _first_difference(decoded: str, text: str) -> str:
     return f"they differ from character {at} on; the tokens decode to {len(decoded)} characters, the text has {len(text)}"
 
 
-__all__ = ["KEY_CHOICES", "LineError", "KEY_INDEX_LIMIT", "Overrides", "SETTINGS", "TextLine", "check_provenance",
-           "check_text_matches_tokens", "conflict", "key_of", "multidraft_cap", "prf_version_of", "read_line",
-           "record_int", "recorded_candidate", "recorded_ids", "recorded_option", "settings_of", "siblings_of",
-           "stream_keys"]
+__all__ = ["KEY_CHOICES", "LineError", "KEY_INDEX_LIMIT", "Overrides", "SETTINGS", "TextLine",
+           "check_decoder_fields", "check_provenance", "check_text_matches_tokens", "conflict", "key_of",
+           "multidraft_cap", "prf_version_of", "read_line", "record_int", "recorded_candidate", "recorded_ids",
+           "recorded_option", "settings_of", "siblings_of", "stream_keys"]

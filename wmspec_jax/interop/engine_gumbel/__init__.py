@@ -66,13 +66,15 @@ Configuration: vLLM's ``--watermark-config`` JSON (``WatermarkConfig``), e.g.
 
 Layout: this package is the public face (its names are imported on first use, so a configuration can be
 read without starting JAX); the code lives in its private modules :mod:`._config` (configuration, keys),
-:mod:`._prf` (the PRF and sampling in NumPy), :mod:`._jax` (the PRF in JAX) and :mod:`._detect` (scoring
-and p-values).
+:mod:`._prf` (the PRF and sampling in NumPy), :mod:`._jax` (the PRF in JAX), :mod:`._detect` (scoring
+and p-values) and :mod:`._scheme` (:class:`VllmGumbelScheme`, the watermark decoder of the generation loop:
+``gumbel`` through every method, ``docs/interop.md``).
 """
 
 from wmspec_jax._lazy import attach
 
 _NAMES = {
+    "VllmGumbelScheme": "_scheme",
     "EngineConfig": "_config",
     "PRF_VERSION": "_config",
     "VllmDualKeyGumbelConfig": "_config",
@@ -111,4 +113,5 @@ __all__ = [
     "gumbel_argmax_jax", "contexts_of", "scored_positions", "token_scores", "ScoreResult",
     "BatchScores", "score", "score_batch", "log_p_value", "engine_p_value", "gamma_log_sf",
     "dual_key_log_sf",
+    "VllmGumbelScheme",
 ]

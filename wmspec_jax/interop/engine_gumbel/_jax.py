@@ -42,23 +42,44 @@ def _jax_to_uniform(words):
     return jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(scaled, jnp.uint32) - jnp.uint32(1), jnp.float32)
 
 
-def _jax_vocab_uniforms(kw, contexts, vocab_size: int):
+def _jax_context_state(k0, k1, contexts):
+    """uint32[..., 4]: the Philox state ``s`` of contexts int32/uint32[..., C] under the key words (k0, k1)."""
     import jax
     import jax.numpy as jnp
 
-    kw = jnp.asarray(kw, jnp.uint32)
     ctx = jnp.asarray(contexts)
     ctx = jax.lax.bitcast_convert_type(ctx.astype(jnp.int32), jnp.uint32) if ctx.dtype != jnp.uint32 else ctx
     width = ctx.shape[-1]
     prefix = ctx.shape[:-1]
-    k0, k1 = kw[0], kw[1]
     s = [jnp.full(prefix, _CONTEXT_DOMAIN, jnp.uint32), jnp.full(prefix, width, jnp.uint32),
          jnp.zeros(prefix, jnp.uint32), jnp.zeros(prefix, jnp.uint32)]
     for off in range(0, width, 4):
         block = [ctx[..., off + j] if off + j < width else jnp.full(prefix, _MASK - j, jnp.uint32) for j in range(4)]
         s = list(_jax_philox(*(s[j] ^ block[j] for j in range(4)), k0 ^ jnp.uint32(off), k1))
+    return jnp.stack(s, axis=-1)
+
+
+def _jax_token_uniforms(k0, k1, state, tokens):
+    """float32[...]: the uniforms of ``tokens`` (uint32, broadcast against ``state[..., 0]``) after the
+    context states ``state`` uint32[..., 4] (:func:`_jax_context_state`) under the key words (k0, k1)."""
+    import jax.numpy as jnp
+
+    t = jnp.asarray(tokens, jnp.uint32)
+    s = [state[..., j] for j in range(4)]
+    words = _jax_philox(t >> jnp.uint32(2), s[0], s[1], s[2], k0 ^ s[3], k1 ^ jnp.uint32(_TOKEN_DOMAIN))
+    lane = t & jnp.uint32(3)
+    word = jnp.where(lane == 0, words[0], jnp.where(lane == 1, words[1], jnp.where(lane == 2, words[2], words[3])))
+    return _jax_to_uniform(word)
+
+
+def _jax_vocab_uniforms(kw, contexts, vocab_size: int):
+    import jax.numpy as jnp
+
+    kw = jnp.asarray(kw, jnp.uint32)
+    k0, k1 = kw[0], kw[1]
+    s = _jax_context_state(k0, k1, contexts)
     groups = jnp.arange((vocab_size + 3) // 4, dtype=jnp.uint32)
-    s = [x[..., None] for x in s]
+    s = [s[..., j, None] for j in range(4)]
     words = jnp.stack(_jax_philox(groups, s[0], s[1], s[2], k0 ^ s[3], k1 ^ jnp.uint32(_TOKEN_DOMAIN)), axis=-1)
     words = words.reshape(words.shape[:-2] + (-1,))[..., :vocab_size]
     return _jax_to_uniform(words)

@@ -74,6 +74,7 @@ green lists, the processor), :mod:`._jax` (JAX, lefthash) and :mod:`._detect` (d
 from wmspec_jax._lazy import attach
 
 _NAMES = {
+    "HFKGWScheme": "_scheme",
     "DEDUP_RULES": "_config",
     "DEFAULT_HASHING_KEY": "_config",
     "HFKGWConfig": "_config",
@@ -103,5 +104,5 @@ __getattr__, __dir__, _ = attach(__name__, (), _NAMES)
 __all__ = [
     "DEDUP_RULES", "HFKGWConfig", "KGWScore", "SELFHASH_CANDIDATES", "TABLE_SIZE", "biased_logits",
     "green_mask", "greenlist", "is_green", "mt19937", "mt_seeds", "processor_call", "randperm",
-    "score",
+    "score", "HFKGWScheme",
 ]

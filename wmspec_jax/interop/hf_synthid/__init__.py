@@ -50,17 +50,19 @@ Public functions: :class:`HFSynthIDConfig`, :func:`sampling_table`, :func:`accum
 :func:`ngram_keys`, :func:`sample_g_values`, :func:`g_values`, :func:`context_repetition_mask`,
 :func:`eos_token_mask` (NumPy, exact integers); :func:`vocab_g_values`, :func:`update_scores`,
 :func:`watermarked_log_probs`, :class:`SynthIDState`, :func:`init_state`, :func:`process_scores`
-(JAX, jit-able); :func:`score`, :func:`null_distribution`, :func:`weighted_mean_score` (detection).
+(JAX, jit-able); :func:`score`, :func:`null_distribution`, :func:`weighted_mean_score` (detection);
+:class:`HFSynthIDScheme` (the watermark decoder of the generation loop, ``docs/interop.md``).
 
 Layout: this package is the public face (its names are imported on first use, so a configuration can be
 read without starting JAX); the code lives in its private modules :mod:`._config` (the config, the
-sampling table), :mod:`._hash` (NumPy), :mod:`._jax` (JAX) and :mod:`._detect` (detection and the null
-law).
+sampling table), :mod:`._hash` (NumPy), :mod:`._jax` (JAX), :mod:`._detect` (detection and the null
+law) and :mod:`._scheme` (the decoder).
 """
 
 from wmspec_jax._lazy import attach
 
 _NAMES = {
+    "HFSynthIDScheme": "_scheme",
     "HFSynthIDConfig": "_config",
     "INCREMENT": "_config",
     "MAX_TABLE_SIZE": "_config",
@@ -90,5 +92,5 @@ __all__ = [
     "HFSynthIDConfig", "sampling_table", "accumulate_hash", "ngram_keys", "sample_g_values",
     "g_values", "context_repetition_mask", "eos_token_mask", "vocab_g_values", "update_scores",
     "watermarked_log_probs", "SynthIDState", "init_state", "process_scores", "SynthIDScores",
-    "score", "null_distribution", "weighted_mean_score",
+    "score", "null_distribution", "weighted_mean_score", "HFSynthIDScheme",
 ]

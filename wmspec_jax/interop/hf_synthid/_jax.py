@@ -72,28 +72,32 @@ def _context_hash64(context):
     return h_hi, h_lo
 
 
-def _vocab_g(table, contexts, config: HFSynthIDConfig, vocab_size: int):
-    """int32[B, V, depth] (traceable; ``table`` int32[S])."""
+def _g_after_hash(table, h_hi, h_lo, tokens, config: HFSynthIDConfig):
+    """int32[..., depth]: the g-values of ``tokens`` (uint32) after the context hashes (h_hi, h_lo)
+    (uint32, broadcast against ``tokens``) — the n-gram's hash is one more ``accumulate_hash`` step
+    (traceable; ``table`` int32[S])."""
     size = config.sampling_table_size
     keys = [_split64(k) for k in config.keys]
     k_hi = jnp.asarray(np.array([k[0] for k in keys], np.uint32))
     k_lo = jnp.asarray(np.array([k[1] for k in keys], np.uint32))
-    v = jnp.arange(vocab_size, dtype=jnp.uint32)
+    tokens = jnp.asarray(tokens, jnp.uint32)
     if size & (size - 1) == 0:
         # the index is the low log2(S) bits, which only depend on the low words: 32-bit arithmetic
-        lo = jnp.ones((contexts.shape[0],), jnp.uint32)
         ml = jnp.uint32(_M_LO)
-        for i in range(contexts.shape[1]):
-            lo = (lo + contexts[:, i].astype(jnp.uint32)) * ml + jnp.uint32(1)
-        lo_v = (lo[:, None] + v[None, :]) * ml + jnp.uint32(1)
-        lo_vl = (lo_v[..., None] + k_lo) * ml + jnp.uint32(1)
-        idx = lo_vl & jnp.uint32(size - 1)
+        lo_v = (h_lo + tokens) * ml + jnp.uint32(1)
+        idx = ((lo_v[..., None] + k_lo) * ml + jnp.uint32(1)) & jnp.uint32(size - 1)
     else:
-        h_hi, h_lo = _context_hash64(contexts)
-        t_hi, t_lo = _lcg64(h_hi[:, None], h_lo[:, None], jnp.uint32(0), v[None, :])
+        t_hi, t_lo = _lcg64(h_hi, h_lo, jnp.uint32(0), tokens)
         f_hi, f_lo = _lcg64(t_hi[..., None], t_lo[..., None], k_hi, k_lo)
         idx = _floor_mod64(f_hi, f_lo, size)
     return table[idx.astype(jnp.int32)]
+
+
+def _vocab_g(table, contexts, config: HFSynthIDConfig, vocab_size: int):
+    """int32[B, V, depth] (traceable; ``table`` int32[S])."""
+    h_hi, h_lo = _context_hash64(contexts)
+    v = jnp.arange(vocab_size, dtype=jnp.uint32)
+    return _g_after_hash(table, h_hi[:, None], h_lo[:, None], v[None, :], config)
 
 
 @functools.lru_cache(maxsize=8)
