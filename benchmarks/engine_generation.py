@@ -1,14 +1,15 @@
 r"""What another engine's detector sees of texts generated here with its watermark, per method.
 
 Generates ``--texts`` answers of ``--max_new_tokens`` tokens to the built-in questions with the built-in
-pair under transformers' SynthID-Text and KGW (lefthash) and vLLM's ``gumbel`` (``ForeignScheme.decoder``:
-the engine's PRF keys the target stream; ``docs/interop.md``), for each method of ``--methods``
-(``name[:K[:tree]]``), and scores the generated tokens with that engine's own statistic and exact p-value
-(``ForeignScheme.score``). Reports per (engine, method): the share of texts with p <= 0.01 with its
+pair under transformers' SynthID-Text and KGW (lefthash) and vLLM's ``gumbel`` and ``dual_key_gumbel``
+(``ForeignScheme.decoder``: the engine's PRF keys the target stream; ``docs/interop.md``), for each method
+of ``--methods`` (``name[:K[:tree]]``), and scores the generated tokens with that engine's own statistic
+and exact p-value (``ForeignScheme.score``). Reports per (engine, method): the share of texts with p <= 0.01 with its
 Clopper-Pearson 95 % interval, the median log p-value and scored tokens, AATPS and seconds.
 
   python -m benchmarks.engine_generation
   python -m benchmarks.engine_generation --engines=vllm --methods=basic,pseudorandom:3 --texts=8
+  python -m benchmarks.engine_generation --engines=vllm-dual --methods=plain,pseudorandom:3,dathathri:3
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ CONFIGS = {"synthid": {"ngram_len": 5, "keys": [654, 400, 836, 123, 340, 443, 59
                                                 468, 990, 966, 226, 324, 585, 118, 504, 421, 521, 129, 669, 732,
                                                 225, 90, 960]},
            "vllm": {"algorithm": "gumbel", "key": 42},
+           "vllm-dual": {"algorithm": "dual_key_gumbel", "key": 42},
            "kgw": {"greenlist_ratio": 0.25, "bias": 2.0, "hashing_key": 15485863, "seeding_scheme": "lefthash",
                    "context_width": 1}}
 
@@ -38,8 +40,8 @@ flags.DEFINE_list("methods", ["plain", "basic", "pseudorandom:3", "pseudorandom:
 flags.DEFINE_integer("texts", 16, "answers per (engine, method)", lower_bound=1)
 flags.DEFINE_integer("max_new_tokens", 128, "tokens per answer", lower_bound=1)
 flags.DEFINE_float("temperature", 0.7, "temperature of P and Q", lower_bound=0.0)
-flags.DEFINE_list("top_k", ["vllm=0", "synthid=50", "kgw=50"], "top-k per engine (0: none; transformers' "
-                  "default is 50)")
+flags.DEFINE_list("top_k", ["vllm=0", "vllm-dual=0", "synthid=50", "kgw=50"],
+                  "top-k per engine (0: none; transformers' default is 50)")
 flags.DEFINE_string("pair", "builtin", "model pair (builtin or checkpoint directories: target,draft)")
 flags.DEFINE_string("output", "results/engine_generation.json", "JSON output")
 FLAGS = flags.FLAGS
@@ -60,6 +62,9 @@ def power(passed: int, n: int) -> tuple:
 
 def run_cell(pair, prompts, lengths, scheme, method: str, k: int, tree, top_k) -> dict:
     decoder = scheme.decoder()
+    if getattr(decoder, "dual_key", False) and method != "plain" and not speculative.METHODS[method].watermark_draft:
+        raise ValueError("dual_key_gumbel draws drafts with key A and the target's tokens with key B: it needs a "
+                         "method that watermarks the draft")
     config = speculative.SpeculativeConfig(method=method, decoder=decoder, lookahead=k, draft_tree=tree,
                                            max_new_tokens=FLAGS.max_new_tokens, temperature=FLAGS.temperature,
                                            top_k=top_k, context_width=decoder.own_context_width)

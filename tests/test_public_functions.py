@@ -70,7 +70,7 @@ def test_vllms_numpy_context_states_are_the_loops():
     contexts = np.where(rng.random((40, 5)) < 0.2, -1, rng.integers(0, 50_000, (40, 5)))
     scheme = engine_gumbel.VllmGumbelScheme(engine_gumbel.VllmGumbelConfig(key=2 ** 40 + 7, context_width=5))
     loop = scheme.context_seeds(jnp.zeros((40, 2), jnp.uint32), jnp.asarray(contexts, jnp.int32), prf.Stream.TARGET)
-    np.testing.assert_array_equal(engine_gumbel.context_states(2 ** 40 + 7, contexts), np.asarray(loop))
+    np.testing.assert_array_equal(engine_gumbel.context_states(2 ** 40 + 7, contexts), np.asarray(loop)[:, :4])
     tokens = rng.integers(0, 50_000, 40)
     u = np.asarray(scheme.uniforms(loop, jnp.asarray(tokens, jnp.uint32)), np.float64)
     np.testing.assert_allclose(engine_gumbel.token_scores(2 ** 40 + 7, contexts, tokens), -np.log1p(-u), rtol=1e-12)

@@ -19,6 +19,8 @@ from wmspec_jax.lines import text_line
 
 SYNTHID = {"ngram_len": 3, "keys": [11, 22, 33, 44, 55, 66, 77, 88]}
 VLLM = {"algorithm": "gumbel", "key": 42, "context_width": 2}
+VLLM_DUAL = {"algorithm": "dual_key_gumbel", "key": 42, "context_width": 2}
+ENGINES = {"synthid": SYNTHID, "vllm": VLLM, "vllm-dual": VLLM_DUAL}
 V, N = 4, 6000
 P_TAB, Q_TAB = toy.markov_pair(V, 0.35, concentration=2.0, seed=3)  # the law tests' pair
 PROMPT = np.array([0, 1, 2, 3])
@@ -26,7 +28,8 @@ PROMPT = np.array([0, 1, 2, 3])
 
 def run_toy(decoder, method, k, tree=None, n=N, new=3, temperature=1.0):
     cfg = speculative.SpeculativeConfig(method=method, decoder=decoder, lookahead=k, max_new_tokens=new,
-                                        temperature=temperature, context_width=decoder.own_context_width, draft_tree=tree)
+                                        temperature=temperature, context_width=decoder.own_context_width,
+                                        draft_tree=tree)
     model = toy.markov_model(V)
     # independent target words per row: an independent copy of the engine's stream per text (the law is
     # over keys; the tools use zero words, the engine's own stream)
@@ -35,14 +38,16 @@ def run_toy(decoder, method, k, tree=None, n=N, new=3, temperature=1.0):
                                 draft_params=toy.log_table(Q_TAB))
 
 
-@pytest.mark.parametrize("engine", ["synthid", "vllm"])
-@pytest.mark.parametrize("method,k,tree", [("basic", 0, None), ("pseudorandom", 2, None), ("dathathri", 2, None),
-                                           ("coupled", 2, None), ("pseudorandom", 2, (2, 1))])
+@pytest.mark.parametrize("engine,method,k,tree", [
+    *[(e, m, k, t) for e in ("synthid", "vllm") for m, k, t in [
+        ("basic", 0, None), ("pseudorandom", 2, None), ("dathathri", 2, None), ("coupled", 2, None),
+        ("pseudorandom", 2, (2, 1))]],
+    ("vllm-dual", "pseudorandom", 2, None), ("vllm-dual", "dathathri", 2, None)])
 def test_the_law_is_the_targets_under_an_engines_prf(engine, method, k, tree):
     # Thm 4.1 (a) with the engine's PRF: the first three tokens' law is P's. The engine keys its first
     # tokens by its own padding, so a context of real tokens can repeat the padded one: the repeated-context
     # rule and every stream must read the engine's contexts (the law breaks otherwise: p < 1e-40).
-    decoder = foreign.from_dict(SYNTHID if engine == "synthid" else VLLM).decoder()
+    decoder = foreign.from_dict(ENGINES[engine]).decoder()
     toks = np.asarray(run_toy(decoder, method, k, tree).tokens[:, 4:7])
     counts = np.bincount(toks[:, 0] * V * V + toks[:, 1] * V + toks[:, 2], minlength=V**3)
     stats.assert_counts_match(counts, toy.sequence_probs(P_TAB, PROMPT[-1], 3), f"{engine} {method} {tree}")
@@ -121,6 +126,13 @@ def test_the_target_stream_is_the_engines_own():
     kseeds = kscheme.context_seeds(zero, jnp.asarray(ctx[:, -1:], jnp.int32), prf.Stream.TARGET)
     np.testing.assert_array_equal(np.asarray(kscheme.green(kseeds, vocab)),
                                   np.asarray(hf_kgw.green_mask(kconfig, ctx[:, -1:], vocab)))
+    # vLLM's dual key: the draft stream is key A's, the target stream key B's (its speculative decoding's roles)
+    dual = foreign.from_dict({**VLLM_DUAL, "key": 42}).decoder()
+    for stream, key in ((prf.Stream.DRAFT, dual.config.key_a), (prf.Stream.TARGET, dual.config.key_b)):
+        seeds_ = dual.context_seeds(zero, jnp.asarray(vctx, jnp.int32), stream)
+        np.testing.assert_array_equal(
+            np.asarray(dual.uniforms(seeds_[:, None, :], jnp.arange(vocab, dtype=jnp.uint32))),
+            np.asarray(engine_gumbel.vocab_uniforms_jax(engine_gumbel.key_words(key), vctx, vocab)))
     # other words: another stream of the same construction
     other = vscheme.context_seeds(jnp.ones((b, 2), jnp.uint32), jnp.asarray(vctx, jnp.int32), prf.Stream.DRAFT)
     assert np.mean(np.asarray(vscheme.watermark_index(probs, None, other) == token)) < 0.5
@@ -131,8 +143,10 @@ def test_an_engine_scheme_names_what_it_cannot_do():
         speculative.SpeculativeConfig(decoder=foreign.from_dict(SYNTHID).decoder(), context_width=4)
     with pytest.raises(ValueError, match="no key_sequence"):
         speculative.SpeculativeConfig(decoder=foreign.from_dict(VLLM).decoder(), context_width=2, key_sequence=16)
-    with pytest.raises(ValueError, match="dual_key_gumbel"):
-        foreign.from_dict({"algorithm": "dual_key_gumbel", "key": 1}).decoder()
+    with pytest.raises(ValueError, match="single_turn"):
+        foreign.from_dict({**VLLM, "deduplicate_contexts": "all"}).decoder()
+    dual_keys = foreign.from_dict(VLLM_DUAL).stream_keys()  # its draft stream is vLLM's key A
+    assert not dual_keys[prf.Stream.DRAFT].any() and dual_keys[prf.Stream.ACCEPT].any()
     with pytest.raises(ValueError, match="lefthash"):
         foreign.from_dict({**KGW, "seeding_scheme": "selfhash", "context_width": 4}).decoder()
     with pytest.raises(ValueError, match="num_drafts / draft_tree"):
@@ -175,3 +189,8 @@ def test_the_tools_generate_with_an_engines_config_and_its_scoring_flags_the_tex
     rc, _, err = run_tool(generate_cli, args[:-1] + ["--decoder=synthid", f"--output={tmp_path / 'x.jsonl'}"],
                           "987654321")
     assert rc == 2 and "drop --decoder" in err
+    dual = tmp_path / "dual.json"
+    dual.write_text(json.dumps({"algorithm": "dual_key_gumbel", "key": 987654321}))
+    rc, _, err = run_tool(generate_cli, [str(prompts), f"--scheme_config={dual}", "--method=basic",
+                                         f"--output={tmp_path / 'y.jsonl'}"], "987654321")
+    assert rc == 2 and "key A" in err and "--method=basic" in err

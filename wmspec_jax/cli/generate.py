@@ -125,9 +125,10 @@ def define_flags(fv: flags.FlagValues) -> None:
         "pseudorandom; its settings from the same flags)")
     flags.DEFINE_string("scheme_config", None, "generate with another engine's watermark, its pseudorandom "
                         "function keying the target stream: a JSON file of transformers' "
-                        "SynthIDTextWatermarkingConfig or WatermarkingConfig (lefthash) or vLLM's 'gumbel' "
-                        "--watermark-config (it holds the engine's key: as secret as --secret_file); the engine's "
-                        "detector, or wmspec-detect --scheme_config=FILE, scores the texts", flag_values=fv)
+                        "SynthIDTextWatermarkingConfig or WatermarkingConfig (lefthash) or vLLM's "
+                        "--watermark-config ('gumbel'; 'dual_key_gumbel' with a method that drafts); it holds the "
+                        "engine's key (as secret as --secret_file); the engine's detector, or wmspec-detect "
+                        "--scheme_config=FILE, scores the texts", flag_values=fv)
     flags.DEFINE_integer("key_sequence", DEFAULTS["key_sequence"], "key the streams by a key sequence of this "
                          "length n with a random offset per text (Kuditipudi et al.; 256 is theirs; edit-robust "
                          "detection), not by context; 0: by context", lower_bound=0, flag_values=fv)
@@ -288,6 +289,10 @@ def _setting(fv, stderr):
     if fv.draft_decoder is not None and not method.watermark_draft:
         raise InputError(f"--draft_decoder: --method={fv.method} draws no watermarked draft token")
     decoder, draft = _decoder(fv), _draft_decoder(fv)
+    if getattr(decoder, "dual_key", False) and not method.watermark_draft:
+        raise InputError(f"--scheme_config: vLLM's dual_key_gumbel draws drafts with key A and the target's tokens "
+                         f"with key B; --method={fv.method} draws no watermarked draft (use pseudorandom, "
+                         "dathathri or hu)")
     if (decoder.target_stream_statistic or (draft is not None and draft.target_stream_statistic)) \
             and draft not in (None, decoder):
         raise InputError(f"--decoder={fv.decoder} / --draft_decoder={fv.draft_decoder}: one stream, the target's, "

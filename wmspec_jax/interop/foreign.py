@@ -86,7 +86,8 @@ class ForeignScheme:
         (:class:`~wmspec_jax.interop.hf_synthid.HFSynthIDScheme`,
         :class:`~wmspec_jax.interop.engine_gumbel.VllmGumbelScheme`,
         :class:`~wmspec_jax.interop.hf_kgw.HFKGWScheme`); ValueError for a configuration the loop does not
-        reproduce (vLLM's dual-key algorithm, KGW's selfhash, SynthID's ``skip_first_ngram_calls``)."""
+        reproduce (KGW's selfhash, SynthID's ``skip_first_ngram_calls``, vLLM's deduplication scopes other
+        than ``single_turn``)."""
         if self.engine == "transformers-synthid":
             from wmspec_jax.interop.hf_synthid._scheme import HFSynthIDScheme
 
@@ -103,7 +104,8 @@ class ForeignScheme:
         """uint32[NUM_STREAMS, 2] the key words of a generation's streams under this configuration: zero
         words for the target stream ζ^T (the engine's own PRF: :meth:`decoder`'s ``context_seeds``), and
         for the draft stream ζ^D and the acceptance stream ζ^R words derived from the engine's key by
-        SHA-256 with the stream's name, so the configuration alone keys every stream."""
+        SHA-256 with the stream's name, so the configuration alone keys every stream. Under vLLM's
+        ``dual_key_gumbel`` the draft stream's words are zero too: it is vLLM's key-A stream."""
         import hashlib
 
         from wmspec_jax import prf_keys
@@ -111,7 +113,8 @@ class ForeignScheme:
         secret = json.dumps(self.config.to_dict() if hasattr(self.config, "to_dict") else
                             dataclasses.asdict(self.config), sort_keys=True, default=str).encode()
         words = np.zeros((prf_keys.NUM_STREAMS, 2), np.uint32)
-        for stream in (prf_keys.Stream.DRAFT, prf_keys.Stream.ACCEPT):
+        dual = getattr(self.config, "algorithm", None) == "dual_key_gumbel"  # the draft stream is vLLM's key A
+        for stream in (prf_keys.Stream.ACCEPT,) if dual else (prf_keys.Stream.DRAFT, prf_keys.Stream.ACCEPT):
             digest = hashlib.sha256(b"wmspec-foreign-stream:" + stream.name.encode() + b":" + secret).digest()
             words[stream] = np.frombuffer(digest[:8], "<u4")
         return words
