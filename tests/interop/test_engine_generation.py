@@ -189,6 +189,9 @@ def test_the_tools_generate_with_an_engines_config_and_its_scoring_flags_the_tex
     rc, _, err = run_tool(generate_cli, args[:-1] + ["--decoder=synthid", f"--output={tmp_path / 'x.jsonl'}"],
                           "987654321")
     assert rc == 2 and "drop --decoder" in err
+    rc, _, err = run_tool(generate_cli, args[:-1] + ["--keys=per_text", f"--output={tmp_path / 'z.jsonl'}"],
+                          "987654321")
+    assert rc == 2 and "drop --keys" in err  # the engine's key is one for every text
     dual = tmp_path / "dual.json"
     dual.write_text(json.dumps({"algorithm": "dual_key_gumbel", "key": 987654321}))
     rc, _, err = run_tool(generate_cli, [str(prompts), f"--scheme_config={dual}", "--method=basic",

@@ -200,7 +200,7 @@ def _named_decoder(fv, name: str, flag: str):
 
 
 SCHEME_FLAGS = ("decoder", "draft_decoder", "decoder_option", "synthid_layers", "dipmark_alpha", "kgw_gamma",
-                "kgw_delta", "key_sequence", "secret_file", "demo_secret")
+                "kgw_delta", "key_sequence", "keys", "secret_file", "demo_secret")
 """Flags that name our own watermark's scheme or key: another engine's (``--scheme_config``) takes none."""
 
 
