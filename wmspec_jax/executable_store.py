@@ -274,7 +274,8 @@ def describe(value) -> Optional[str]:
     described values; frozen dataclasses of the package, by their class and every field (not by ``repr``,
     which a class may shorten); package functions by their qualified name, and ``functools.partial``
     of one with described arguments. Anything else (a lambda, a closure, a user's class or function,
-    an array) gives None.
+    an array) gives None, and so does a value whose ``compiles_in_secret`` is true (another engine's
+    scheme: its key is a constant of the compiled program, which the store must not keep on disk).
     """
     import dataclasses
     import enum
@@ -302,6 +303,8 @@ def describe(value) -> Optional[str]:
         name = _package_name(value)
         return None if name is None else f"{type(value).__name__}:{name}"
     if not (dataclasses.is_dataclass(value) and cls.__dataclass_params__.frozen):
+        return None
+    if getattr(value, "compiles_in_secret", False):  # its key is a constant of the program: never stored
         return None
     name = _package_name(cls)
     parts = [describe(getattr(value, f.name)) for f in dataclasses.fields(value)]

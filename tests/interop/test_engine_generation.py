@@ -13,7 +13,7 @@ import pytest
 
 from tests import stats
 from tests.cli_calls import lines, run_tool
-from wmspec_jax import prf, speculative, toy
+from wmspec_jax import executable_store, prf, speculative, toy
 from wmspec_jax.interop import engine_gumbel, foreign, hf_kgw, hf_synthid
 from wmspec_jax.lines import text_line
 
@@ -160,6 +160,10 @@ def test_an_engine_scheme_names_what_it_cannot_do():
     assert keys_[prf.Stream.DRAFT].any() and keys_[prf.Stream.ACCEPT].any()
     assert not (keys_ == foreign.from_dict({**VLLM, "key": 43}).stream_keys()).all()
     assert "42" not in repr(scheme.decoder()) and scheme.fingerprint in repr(scheme.decoder())
+    # the engine's key is a constant of the compiled loop: the executable store never keeps it
+    assert executable_store.describe(scheme.decoder()) is None
+    assert executable_store.describe(speculative.SpeculativeConfig(decoder=scheme.decoder(), context_width=2)) is None
+    assert executable_store.describe(speculative.SpeculativeConfig()) is not None
     assert set(text_line.ENGINE_DECODERS) == {hf_synthid.HFSynthIDScheme.kind, engine_gumbel.VllmGumbelScheme.kind,
                                               hf_kgw.HFKGWScheme.kind}
 

@@ -574,7 +574,8 @@ def run(argv: Sequence[str], *, stdin=None, stdout=None, stderr=None) -> int:
     from wmspec_jax import storage
     from wmspec_jax.models import hf
 
-    cli_flags.enable_compilation_cache()
+    if fv.scheme_config is None:  # another engine's key is a constant of the compiled loop: not kept on disk
+        cli_flags.enable_compilation_cache()
     try:
         n = generate_texts(fv, paths, stdin=stdin, stdout=stdout, stderr=stderr)
     except (InputError, ValueError, TypeError, OSError, storage.OutputDirLocked, hf.CheckpointError) as e:

@@ -21,6 +21,11 @@ class EngineScheme(WatermarkDecoder):
 
     config: Any
     engine_title: ClassVar[str] = ""
+    compiles_in_secret: ClassVar[bool] = True
+    """The engine's key is a constant of the compiled generation program (the scheme is a static
+    argument), not data: :mod:`wmspec_jax.executable_store` keeps no such program, and
+    ``wmspec-generate --scheme_config`` does not turn on JAX's persistent compilation cache (a user who
+    sets ``JAX_COMPILATION_CACHE_DIR`` asks JAX to keep every program)."""
 
     name = property(lambda self: self.kind)
     statistic = property(lambda self: self.kind)
